@@ -1,0 +1,292 @@
+"""Dataflow: a DAG of collections for one view, driven by Diffs and TimeEnd messages.
+
+Build it with ``input(name)`` and ``add(collection, *inputs)``, then ``build(output)``. Drive it
+with ``push(input, batch)`` and ``time_end(t)``, which returns the time's consolidated output and
+errs diffs, then ``commit(t)`` once the sink has durably written that output.
+
+Message passing is synchronous and FIFO per edge: diffs pass through stateless collections at
+once (chains of them are fused into one callback), stateful collections buffer them, and a
+collection with several inputs finishes ``t`` only after ``TimeEnd(t)`` arrived on every port
+(``Node.frontier``). Stateful collections get column-family names from their position in a
+deterministic order, so reopening the same plan on the same state directory resumes its state.
+The errs collection (all scalar evaluation errors, with multiplicities) is kept in state too, so
+that deleting a bad row after a restart still retracts its error.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.collection import Collection
+from engine.dataflow.collections.consolidate import ConsolidateCollection
+from engine.dataflow.collections.fused_chain import FusedChainCollection
+from engine.dataflow.state.keycodec import encode_exact
+from engine.dataflow.state.store import StateStore
+
+
+class InputCollection(Collection):
+    """Where a source's diffs enter the dataflow."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def on_diffs(self, port: int, batch: DiffBatch) -> DiffBatch:
+        return batch
+
+    def describe(self) -> str:
+        return f"Input: {self.source}"
+
+
+@dataclass(eq=False)
+class Node:
+    collection: Collection
+    inputs: list[Node]
+    consumers: list[tuple[Node, int]] = field(default_factory=list)
+    frontier: list[int | None] = field(default_factory=list)
+    done: int | None = None
+
+
+@dataclass(frozen=True)
+class TimeOutput:
+    """What one time produced: the view's net change and the errs collection's net change."""
+
+    time: int
+    diffs: DiffBatch
+    errs: DiffBatch
+
+
+_ERRS_TABLE = "errs"
+
+
+class Dataflow:
+    def __init__(self, store: StateStore | None = None, fuse: bool = True) -> None:
+        self.store = store
+        self.fuse = fuse
+        self._inputs: dict[str, Node] = {}
+        self._nodes: list[Node] = []
+        self._output: Node | None = None
+        self._sink = ConsolidateCollection()
+        self._errs_delta: list[DiffBatch] = []
+        self._last_time: int | None = store.committed_time if store is not None else None
+        self._uncommitted: int | None = None
+        self._built = False
+
+    # -- building -------------------------------------------------------------------------------
+    def input(self, source: str) -> Node:
+        if source in self._inputs:
+            return self._inputs[source]
+        node = Node(InputCollection(source), [])
+        self._inputs[source] = node
+        self._nodes.append(node)
+        return node
+
+    def add(self, collection: Collection, *inputs: Node) -> Node:
+        if self._built:
+            raise RuntimeError("the dataflow is already built")
+        if len(inputs) != collection.arity:
+            raise ValueError(f"{collection.describe()} takes {collection.arity} inputs, got {len(inputs)}")
+        node = Node(collection, list(inputs))
+        self._nodes.append(node)
+        return node
+
+    def build(self, output: Node) -> Dataflow:
+        """Fix the output, fuse stateless chains, name and open stateful collections."""
+        sink = Node(self._sink, [output])
+        self._nodes.append(sink)
+        order = self._topological(sink)
+        if self.fuse:
+            order = self._fuse(order)
+        self._nodes = order
+        for node in order:
+            node.consumers = []
+        for node in order:
+            node.frontier = [None] * len(node.inputs)
+            for port, up in enumerate(node.inputs):
+                up.consumers.append((node, port))
+        for i, node in enumerate(order):
+            if node.collection.stateful:
+                node.collection.name = f"{i:03d}_{type(node.collection).__name__}"
+            node.collection.open(self.store)
+        self._sink.open(self.store)
+        self._output = sink
+        self._built = True
+        return self
+
+    def _topological(self, sink: Node) -> list[Node]:
+        order: list[Node] = []
+        seen: set[int] = set()
+
+        def visit(n: Node) -> None:
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            for up in n.inputs:
+                visit(up)
+            order.append(n)
+
+        visit(sink)
+        for node in self._inputs.values():  # inputs the output does not read still accept pushes
+            visit(node)
+        return order
+
+    def _fuse(self, order: list[Node]) -> list[Node]:
+        fanout: dict[int, int] = {}
+        for n in order:
+            for up in n.inputs:
+                fanout[id(up)] = fanout.get(id(up), 0) + 1
+
+        def fusable(n: Node) -> bool:
+            c = n.collection
+            return not c.stateful and c.arity == 1 and not isinstance(
+                c, (InputCollection, ConsolidateCollection)
+            )
+
+        replaced: dict[int, Node] = {}
+        result: list[Node] = []
+        for n in order:
+            n.inputs = [replaced.get(id(u), u) for u in n.inputs]
+            if fusable(n):
+                up = n.inputs[0]
+                if fusable(up) and fanout.get(id(up), 0) == 1 and up in result:
+                    steps = (
+                        up.collection.steps
+                        if isinstance(up.collection, FusedChainCollection)
+                        else [up.collection]
+                    )
+                    fused = Node(FusedChainCollection([*steps, n.collection]), up.inputs)
+                    result[result.index(up)] = fused
+                    replaced[id(n)] = fused
+                    replaced[id(up)] = fused
+                    continue
+            result.append(n)
+        return result
+
+    # -- driving --------------------------------------------------------------------------------
+    def push(self, source: str, batch: DiffBatch) -> None:
+        """Diffs of source ``source`` for the time in progress."""
+        if source not in self._inputs:
+            raise KeyError(f"the dataflow has no input {source!r}: {sorted(self._inputs)}")
+        if self._uncommitted is not None:
+            raise RuntimeError(f"time {self._uncommitted} is not committed yet")
+        if batch:
+            self._deliver(self._inputs[source], 0, batch)
+
+    def time_end(self, time: int) -> TimeOutput:
+        """Close ``time`` on every input; returns the consolidated output and errs of that time."""
+        if not self._built:
+            raise RuntimeError("build() the dataflow first")
+        if self._last_time is not None and time <= self._last_time:
+            raise ValueError(f"time {time} is not after the last closed time {self._last_time}")
+        if self._uncommitted is not None:
+            raise RuntimeError(f"time {self._uncommitted} is not committed yet")
+        for node in self._nodes:
+            if not node.inputs:
+                self._close(node, time)
+        assert self._output is not None and self._output.done == time
+        self._last_time = time
+        self._uncommitted = time
+        out = self._sink_output
+        errs = self._apply_errs()
+        return TimeOutput(time, out, errs)
+
+    def commit(self, time: int) -> None:
+        """The sink has durably written ``time``: make the state of ``time`` durable."""
+        if self._uncommitted != time:
+            raise RuntimeError(f"commit({time}) but the time in progress is {self._uncommitted}")
+        if self.store is not None:
+            self.store.commit(time)
+        self._uncommitted = None
+
+    def abort(self) -> None:
+        """Forget the uncommitted time (the sink failed); replay it from the committed state."""
+        if self.store is not None:
+            self.store.rollback()
+        if self._uncommitted is not None:
+            self._last_time = self.store.committed_time if self.store is not None else None
+        self._uncommitted = None
+
+    @property
+    def committed_time(self) -> int | None:
+        return self.store.committed_time if self.store is not None else None
+
+    def _deliver(self, node: Node, port: int, batch: DiffBatch) -> None:
+        out = node.collection.on_diffs(port, batch)
+        self._collect_errors(node)
+        if out:
+            for consumer, cport in node.consumers:
+                self._deliver(consumer, cport, out)
+
+    def _close(self, node: Node, time: int) -> None:
+        if node.inputs:
+            if any(f is None or f < time for f in node.frontier):
+                return
+        if node.done is not None and node.done >= time:
+            return
+        out = node.collection.on_time_end(time)
+        self._collect_errors(node)
+        node.done = time
+        if node is self._output:
+            self._sink_output = out
+            return
+        if out:
+            for consumer, cport in node.consumers:
+                self._deliver(consumer, cport, out)
+        for consumer, cport in node.consumers:
+            consumer.frontier[cport] = time
+            self._close(consumer, time)
+
+    # -- errs collection ------------------------------------------------------------------------
+    def _collect_errors(self, node: Node) -> None:
+        errs = node.collection.take_errors()
+        if errs:
+            self._errs_delta.append(errs)
+
+    def _apply_errs(self) -> DiffBatch:
+        delta = DiffBatch.concat(self._errs_delta).consolidate()
+        self._errs_delta = []
+        if delta and self.store is not None:
+            table = self.store.table(_ERRS_TABLE, "point")
+            keys = [encode_exact(r) for r in delta.rows]
+            for k, r, w, old in zip(keys, delta.rows, delta.weights, table.get_many(keys), strict=True):
+                n = w + (pickle.loads(old)[1] if old is not None else 0)
+                if n:
+                    table.put(k, pickle.dumps((r, n)))
+                else:
+                    table.delete(k)
+        return delta
+
+    def errors(self) -> dict[str, int]:
+        """The committed errs collection: message -> multiplicity (empty when the view is healthy)."""
+        if self.store is None:
+            return {}
+        out = {}
+        for _, v in self.store.table(_ERRS_TABLE, "point").scan_all():
+            (msg,), n = pickle.loads(v)
+            out[msg] = n
+        return out
+
+    # -- explain --------------------------------------------------------------------------------
+    def explain(self) -> str:
+        """The physical plan as an indented tree, sink first; stateful collections marked."""
+        lines: list[str] = []
+        printed: dict[int, int] = {}
+
+        def show(node: Node, depth: int) -> None:
+            c = node.collection
+            ref = printed.get(id(node))
+            pad = "  " * depth
+            if ref is not None:
+                lines.append(f"{pad}-> (shared #{ref}) {c.describe()}")
+                return
+            printed[id(node)] = len(printed) + 1
+            mark = f"  [state: {c.name}]" if c.stateful else ""
+            lines.append(f"{pad}#{printed[id(node)]} {c.describe()}{mark}")
+            for up in node.inputs:
+                show(up, depth + 1)
+
+        assert self._output is not None
+        show(self._output, 0)
+        return "\n".join(lines)

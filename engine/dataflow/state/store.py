@@ -1,0 +1,278 @@
+"""A view's operator state: one RocksDB (rocksdict) database, one column family per collection.
+
+Each stateful collection owns a ``StateTable`` (its own column family, tuned for its access
+pattern). Reads see only *committed* state; writes are staged in one ``WriteBatch`` shared by
+all the view's tables and applied atomically by ``commit(t)`` together with the time marker.
+That is what makes a crash safe: the runner commits the sink (result rows + LSN) first and the
+state second, so after a crash the state is at some time ``t0`` <= the sink's, the source replays
+from ``t0`` and the sink skips times it already holds. State lives on disk; memory is bounded by
+RocksDB's caches and the staged writes of the current time.
+
+This module must not know what the bytes mean: encodings are ``keycodec``'s, layouts the
+collections'.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+)
+
+from engine.errors import StateError
+
+Tuning = Literal["point", "prefix"]
+
+_TIME_KEY = b"incview:committed_time"
+_FORMAT_KEY = b"incview:format"
+_FORMAT = b"1"
+_META_CF = "default"
+
+
+def prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix`` (None: none)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+def _options(cache: Cache, tuning: Tuning) -> Options:
+    opt = Options(raw_mode=True)
+    opt.create_if_missing(True)
+    opt.create_missing_column_families(True)
+    opt.set_write_buffer_size(8 << 20)
+    opt.set_max_write_buffer_number(3)
+    opt.set_compression_type(DBCompressionType.lz4())
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    if tuning == "point":
+        table.set_bloom_filter(10, False)
+        opt.optimize_for_point_lookup(64)
+    opt.set_block_based_table_factory(table)
+    return opt
+
+
+class StateStore:
+    """The state database of one view, under ``path``."""
+
+    def __init__(self, path: str | Path, cache_bytes: int = 64 << 20) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._cache = Cache(cache_bytes)
+        existing = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
+        cfs = {name: _options(self._cache, "prefix") for name in existing if name != _META_CF}
+        try:
+            self._db = Rdict(
+                str(self.path),
+                _options(self._cache, "point"),
+                column_families=cfs or None,
+                access_type=AccessType.read_write(),
+            )
+        except Exception as e:  # rocksdict raises plain Exception for lock/corruption errors
+            raise StateError(
+                f"cannot open the state directory {self.path}: {e}. Is another incview process "
+                f"running this view? Stop it, or point state_dir elsewhere."
+            ) from e
+        fmt = self._db.get(_FORMAT_KEY)
+        if fmt is None:
+            self._db.put(_FORMAT_KEY, _FORMAT)
+        elif fmt != _FORMAT:
+            raise StateError(
+                f"state directory {self.path} has format {fmt!r}, this incview writes {_FORMAT!r}: "
+                f"drop and re-create the view to re-populate its state"
+            )
+        self._tables: dict[str, StateTable] = {}
+        self._batch = WriteBatch(raw_mode=True)
+        self._staged = 0
+        self._closed = False
+
+    # -- tables ---------------------------------------------------------------------------------
+    def table(self, name: str, tuning: Tuning = "prefix") -> StateTable:
+        """The column family ``name`` (created on first use), with staged writes."""
+        if name == _META_CF:
+            raise ValueError("'default' is reserved for incview's own metadata")
+        if name in self._tables:
+            return self._tables[name]
+        try:
+            cf = self._db.get_column_family(name)
+        except Exception:
+            cf = self._db.create_column_family(name, _options(self._cache, tuning))
+        handle = self._db.get_column_family_handle(name)
+        t = StateTable(self, name, cf, handle)
+        self._tables[name] = t
+        return t
+
+    def drop_table(self, name: str) -> None:
+        self._tables.pop(name, None)
+        if name in Rdict.list_cf(str(self.path)):
+            self._db.drop_column_family(name)
+
+    # -- commit protocol ------------------------------------------------------------------------
+    @property
+    def committed_time(self) -> int | None:
+        raw = self._db.get(_TIME_KEY)
+        return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    @property
+    def has_staged_writes(self) -> bool:
+        return self._staged > 0
+
+    def commit(self, time: int) -> None:
+        """Apply every staged write and record ``time``, atomically."""
+        current = self.committed_time
+        if current is not None and time < current:
+            raise StateError(f"commit of time {time} after time {current} in {self.path}")
+        self._batch.put(_TIME_KEY, time.to_bytes(9, "big", signed=True))
+        self._db.write(self._batch)
+        self._batch = WriteBatch(raw_mode=True)
+        self._staged = 0
+
+    def rollback(self) -> None:
+        """Discard staged writes (the time is replayed from the committed state)."""
+        self._batch = WriteBatch(raw_mode=True)
+        self._staged = 0
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    def size_bytes(self) -> int:
+        """Bytes on disk under the state directory (SST files, WAL, manifests)."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for t in self._tables.values():
+                t._detach()
+            self._tables.clear()
+            self._batch = None
+            self._db.close()
+            del self._db
+            gc.collect()  # column-family handles keep the DB (and its LOCK) alive until freed
+
+    @staticmethod
+    def destroy(path: str | Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StateTable:
+    """One collection's column family: committed reads, staged writes."""
+
+    def __init__(self, store: StateStore, name: str, cf: Rdict, handle: object) -> None:
+        self.store = store
+        self.name = name
+        self._cf = cf
+        self._handle = handle
+
+    def _detach(self) -> None:
+        self._cf = None
+        self._handle = None
+
+    # reads (committed state) ------------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        return self._cf.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        return self._cf.get(keys)
+
+    def scan_prefix(self, prefix: bytes, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs whose key starts with ``prefix``, in key order (or reversed)."""
+        it = self._cf.iter()
+        if reverse:
+            succ = prefix_successor(prefix)
+            if succ is None:
+                it.seek_to_last()
+            else:
+                it.seek_for_prev(succ)
+                if it.valid() and it.key() == succ:
+                    it.prev()
+            step = it.prev
+        else:
+            it.seek(prefix)
+            step = it.next
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                return
+            yield k, it.value()
+            step()
+
+    def scan_all(self) -> Iterator[tuple[bytes, bytes]]:
+        it = self._cf.iter()
+        it.seek_to_first()
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
+    # writes (staged until StateStore.commit) --------------------------------------------------
+    def put(self, key: bytes, value: bytes) -> None:
+        self.store._batch.put(key, value, self._handle)
+        self.store._staged += 1
+
+    def delete(self, key: bytes) -> None:
+        self.store._batch.delete(key, self._handle)
+        self.store._staged += 1
+
+    def delete_prefix(self, prefix: bytes) -> None:
+        succ = prefix_successor(prefix)
+        if succ is None:
+            for k, _ in list(self.scan_prefix(prefix)):
+                self.delete(k)
+        else:
+            self.store._batch.delete_range(prefix, succ, self._handle)
+            self.store._staged += 1
+
+
+class ScratchTable:
+    """A temporary RocksDB with direct (unstaged) writes, e.g. the sink's spill buffer."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        shutil.rmtree(self.path, ignore_errors=True)
+        opt = Options(raw_mode=True)
+        opt.create_if_missing(True)
+        opt.set_write_buffer_size(32 << 20)
+        self._db = Rdict(str(self.path), opt)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return self._db.get(keys) if keys else []
+
+    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+        wb = WriteBatch(raw_mode=True)
+        for k, v in puts.items():
+            wb.put(k, v)
+        for k in deletes:
+            wb.delete(k)
+        self._db.write(wb)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek_to_first()
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
+    def close(self) -> None:
+        self._db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
