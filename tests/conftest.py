@@ -8,3 +8,40 @@ import pytest
 @pytest.fixture
 def state_dir(tmp_path):
     return tmp_path / "state"
+
+
+# --- a real Postgres (tests/postgres_server.py) -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One private PostgreSQL 15 server per test session (fails loudly if it cannot start)."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer()
+    try:
+        server.start()
+    except Exception as e:
+        server.stop()
+        pytest.fail(f"cannot start the test PostgreSQL server: {e}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    """DSN of a fresh, empty C-collation database, dropped after the test."""
+    name = pg_server.create_database()
+    try:
+        yield pg_server.dsn_for(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_conn(pg_dsn):
+    """An autocommit psycopg connection to the test's fresh database."""
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn

@@ -30,7 +30,7 @@ class Collection(ABC):
         self.name: str = type(self).__name__
         self._errors: list[DiffBatch] = []
 
-    def open(self, store: StateStore | None) -> None:
+    def open(self, store: StateStore | None) -> None:  # noqa: B027 (optional hook)
         """Called once by the dataflow before the first message (stateful: open the table)."""
 
     @abstractmethod

@@ -22,7 +22,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import Collection
 from engine.dataflow.collections.consolidate import ConsolidateCollection
 from engine.dataflow.collections.fused_chain import FusedChainCollection
-from engine.dataflow.state.keycodec import encode_exact
+from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import StateStore
 
 
@@ -87,7 +87,9 @@ class Dataflow:
         if self._built:
             raise RuntimeError("the dataflow is already built")
         if len(inputs) != collection.arity:
-            raise ValueError(f"{collection.describe()} takes {collection.arity} inputs, got {len(inputs)}")
+            raise ValueError(
+                f"{collection.describe()} takes {collection.arity} inputs, got {len(inputs)}"
+            )
         node = Node(collection, list(inputs))
         self._nodes.append(node)
         return node
@@ -140,8 +142,10 @@ class Dataflow:
 
         def fusable(n: Node) -> bool:
             c = n.collection
-            return not c.stateful and c.arity == 1 and not isinstance(
-                c, (InputCollection, ConsolidateCollection)
+            return (
+                not c.stateful
+                and c.arity == 1
+                and not isinstance(c, (InputCollection, ConsolidateCollection))
             )
 
         replaced: dict[int, Node] = {}
@@ -220,9 +224,8 @@ class Dataflow:
                 self._deliver(consumer, cport, out)
 
     def _close(self, node: Node, time: int) -> None:
-        if node.inputs:
-            if any(f is None or f < time for f in node.frontier):
-                return
+        if node.inputs and any(f is None or f < time for f in node.frontier):
+            return
         if node.done is not None and node.done >= time:
             return
         out = node.collection.on_time_end(time)
@@ -249,8 +252,10 @@ class Dataflow:
         self._errs_delta = []
         if delta and self.store is not None:
             table = self.store.table(_ERRS_TABLE, "point")
-            keys = [encode_exact(r) for r in delta.rows]
-            for k, r, w, old in zip(keys, delta.rows, delta.weights, table.get_many(keys), strict=True):
+            keys = [encode_key(r) for r in delta.rows]
+            for k, r, w, old in zip(
+                keys, delta.rows, delta.weights, table.get_many(keys), strict=True
+            ):
                 n = w + (pickle.loads(old)[1] if old is not None else 0)
                 if n:
                     table.put(k, pickle.dumps((r, n)))

@@ -126,7 +126,9 @@ class OracleRun:
                 df.commit(t)
                 self.outputs.append(out)
                 sink.apply(out.diffs)
-                expected = Counter(map(self.compare, self.reference([list(tb.rows) for tb in self.tables])))
+                expected = Counter(
+                    map(self.compare, self.reference([list(tb.rows) for tb in self.tables]))
+                )
                 got = Counter({self.compare(r): n for r, n in sink.rows.items()})
                 if got != expected:
                     missing = expected - got

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import Collection
-from engine.dataflow.state.keycodec import encode_exact
+from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import ScratchTable, StateStore
 
 
@@ -46,7 +46,7 @@ class ConsolidateCollection(Collection):
 
                 self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
             self._spill = ScratchTable(self._spill_dir)
-        items = [(encode_exact(r), r, w) for r, w in self._acc.items() if w]
+        items = [(encode_key(r), r, w) for r, w in self._acc.items() if w]
         keys = [k for k, _, _ in items]
         old = self._spill.get_many(keys)
         puts: dict[bytes, bytes] = {}

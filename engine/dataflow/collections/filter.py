@@ -29,4 +29,3 @@ class FilterCollection(Collection):
 
     def describe(self) -> str:
         return f"Filter: {self.description}" if self.description else "Filter"
-

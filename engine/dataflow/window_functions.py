@@ -1,0 +1,197 @@
+"""Window functions: their description (``WindowFunction``) and their values over one partition.
+
+``window_columns`` computes, for a partition already in ORDER BY order (ties broken by the caller)
+and split into peer groups, one column of values per function, with Postgres' default frame: with
+ORDER BY, aggregates run over RANGE UNBOUNDED PRECEDING .. CURRENT ROW (a row sees all its peers);
+without ORDER BY the whole partition is one peer group, so they run over the whole partition.
+Result types follow Postgres: sum of no non-NULL value is NULL, count is an int, avg of ints or
+Decimals is a Decimal with Postgres' numeric division scale (``pg_numeric_div``), avg of floats is
+a float. Pure functions over lists: this module must not touch state or know about diffs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+from typing import Any
+
+from engine.dataflow.batch import Row
+
+RANKING = ("row_number", "rank", "dense_rank")
+OFFSET = ("lag", "lead")
+AGGREGATES = ("sum", "count", "count_star", "avg", "min", "max")
+KINDS = RANKING + OFFSET + AGGREGATES
+_NO_ARG = ("row_number", "rank", "dense_rank", "count_star")
+
+
+@dataclass(frozen=True)
+class WindowFunction:
+    """One window function: ``kind`` over column ``arg``; ``offset``/``default`` for lag and lead.
+
+    >>> WindowFunction("lag", 2, offset=1, default=0).describe()
+    'lag(#2, 1, 0)'
+    """
+
+    kind: str
+    arg: int | None = None
+    offset: int = 1
+    default: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"unknown window function {self.kind!r}; supported: {', '.join(KINDS)}"
+            )
+        if self.kind in _NO_ARG:
+            if self.arg is not None:
+                raise ValueError(
+                    f"window function {self.kind} takes no argument, got column {self.arg}"
+                )
+        elif self.arg is None:
+            raise ValueError(f"window function {self.kind} needs an argument column (arg=...)")
+
+    def describe(self) -> str:
+        if self.kind == "count_star":
+            return "count(*)"
+        if self.kind in _NO_ARG:
+            return f"{self.kind}()"
+        if self.kind in OFFSET:
+            return f"{self.kind}(#{self.arg}, {self.offset}, {self.default!r})"
+        return f"{self.kind}(#{self.arg})"
+
+
+# -- numeric division as Postgres does it ---------------------------------------------------------
+_NUMERIC_MIN_SIG_DIGITS = 16
+_NUMERIC_MAX_DISPLAY_SCALE = 1000
+
+
+def _coefficient_exponent(x: int | Decimal) -> tuple[int, int]:
+    """``x`` as ``c * 10**e`` with an integer ``c`` (exactly; keeps a Decimal's scale)."""
+    if type(x) is int:
+        return x, 0
+    sign, digits, exp = x.as_tuple()
+    c = int("".join(map(str, digits))) if digits else 0
+    return (-c if sign else c), exp  # type: ignore[return-value]
+
+
+def _weight_and_first_digit(c: int, e: int) -> tuple[int, int]:
+    """Postgres NumericVar's weight (base-10000 exponent) and leading base-10000 digit of c*10**e."""
+    if not c:
+        return 0, 0
+    weight = (len(str(c)) - 1 + e) // 4
+    shift = e - 4 * weight
+    return weight, c * 10**shift if shift >= 0 else c // 10**-shift
+
+
+def pg_numeric_div(num: int | Decimal, den: int | Decimal) -> Decimal:
+    """``num / den`` with Postgres' numeric result scale and rounding (``select_div_scale``).
+
+    At least 16 significant digits, never fewer decimals than either input, rounded half away
+    from zero; this is what ``avg`` over integers or numerics returns. Exact integer arithmetic.
+
+    >>> pg_numeric_div(3, 2)
+    Decimal('1.5000000000000000')
+    >>> pg_numeric_div(300004, 3)
+    Decimal('100001.333333333333')
+    """
+    if (type(num) is not int and not num.is_finite()) or (
+        type(den) is not int and not den.is_finite()
+    ):
+        return Decimal(num) / Decimal(den)
+    cn, en = _coefficient_exponent(num)
+    cd, ed = _coefficient_exponent(den)
+    if not cd:
+        raise ZeroDivisionError("division by zero")
+    a, b = abs(cn), abs(cd)
+    w1, f1 = _weight_and_first_digit(a, en)
+    w2, f2 = _weight_and_first_digit(b, ed)
+    qweight = w1 - w2 - (1 if f1 <= f2 else 0)
+    rscale = max(_NUMERIC_MIN_SIG_DIGITS - qweight * 4, -en, -ed, 0)
+    rscale = min(rscale, _NUMERIC_MAX_DISPLAY_SCALE)
+    k = en - ed + rscale  # result * 10**rscale == a * 10**k / b
+    if k >= 0:
+        a *= 10**k
+    else:
+        b *= 10**-k
+    q, r = divmod(a, b)
+    if 2 * r >= b:
+        q += 1  # half away from zero, as Postgres' round_var
+    sign = "-" if q and (cn < 0) != (cd < 0) else ""
+    return Decimal(f"{sign}{q}E-{rscale}")
+
+
+# -- evaluation -----------------------------------------------------------------------------------
+Groups = list[tuple[int, int]]
+
+
+def window_columns(
+    rows: Sequence[Row], groups: Groups, functions: Sequence[WindowFunction]
+) -> list[list[Any]]:
+    """One list of values per function, aligned with ``rows``.
+
+    ``rows`` is the partition in order, one entry per occurrence (a row of multiplicity 3 appears
+    three times); ``groups`` are the peer groups as [start, end) index ranges covering ``rows``.
+    """
+    return [_column(rows, groups, f) for f in functions]
+
+
+def _column(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]:
+    n = len(rows)
+    kind = f.kind
+    if kind == "row_number":
+        return list(range(1, n + 1))
+    if kind in ("rank", "dense_rank"):
+        out: list[Any] = []
+        for g, (s, e) in enumerate(groups):
+            out.extend([s + 1 if kind == "rank" else g + 1] * (e - s))
+        return out
+    if kind in OFFSET:
+        a = f.arg
+        shift = -f.offset if kind == "lag" else f.offset
+        default = f.default
+        vals = [r[a] for r in rows]
+        return [vals[p + shift] if 0 <= p + shift < n else default for p in range(n)]
+    return _running_aggregate(rows, groups, f)
+
+
+def _running_aggregate(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]:
+    """The aggregate over each row's frame: every row up to the end of its peer group."""
+    kind = f.kind
+    a = f.arg
+    out: list[Any] = []
+    total: Any = None
+    count = 0
+    with localcontext() as ctx:
+        ctx.prec = 1000  # numeric sums are exact in Postgres; Python's default is 28 digits
+        for s, e in groups:
+            if kind == "count_star":
+                value: Any = e
+            else:
+                for p in range(s, e):
+                    v = rows[p][a]
+                    if v is None:
+                        continue
+                    count += 1
+                    if total is None:
+                        total = v
+                    elif kind in ("sum", "avg"):
+                        total = total + v
+                    elif kind == "min":
+                        if v < total:
+                            total = v
+                    elif kind == "max" and v > total:
+                        total = v
+                if kind == "count":
+                    value = count
+                elif kind == "avg":
+                    if total is None:
+                        value = None
+                    elif isinstance(total, float):
+                        value = total / count
+                    else:
+                        value = pg_numeric_div(total, count)
+                else:
+                    value = total
+            out.extend([value] * (e - s))
+    return out

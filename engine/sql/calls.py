@@ -1,0 +1,221 @@
+"""Aggregate and window function calls, recognized from sqlglot nodes into small descriptors.
+
+``aggregate_call`` understands count(*), count(x), count(DISTINCT x), sum, avg, min, max,
+bool_and/every, bool_or, string_agg(x, sep [ORDER BY ...]) and FILTER (WHERE ...);
+``window_call`` understands row_number, rank, dense_rank, lag, lead and sum/count/avg/min/max
+OVER (PARTITION BY ... ORDER BY ...) with the default frame. Anything else raises
+``UnsupportedSQL`` with its position. Shared by the plan builder and the physical planner; this
+module must not build plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from engine.sql.logical_plan import SortKey
+from engine.sql.parse import unsupported
+
+AGGREGATE_NODES = (
+    exp.Count,
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+    exp.LogicalAnd,
+    exp.LogicalOr,
+    exp.GroupConcat,
+)
+AGGREGATE_NAMES = {
+    "every": "bool_and",
+    "bool_and": "bool_and",
+    "bool_or": "bool_or",
+    "string_agg": "string_agg",
+}
+_UNSUPPORTED_AGGS = {
+    "array_agg": "array results are not supported",
+    "json_agg": "json results are not supported",
+    "jsonb_agg": "json results are not supported",
+    "percentile_cont": "ordered-set aggregates are not supported",
+    "percentile_disc": "ordered-set aggregates are not supported",
+    "mode": "ordered-set aggregates are not supported",
+    "stddev": "stddev/variance are not supported yet",
+    "variance": "stddev/variance are not supported yet",
+}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Filter):
+        return is_aggregate(node.this)
+    if isinstance(node, AGGREGATE_NODES):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_NAMES
+
+
+def find_aggregates(e: exp.Expression) -> list[exp.Expression]:
+    """Aggregate calls in ``e`` (FILTER wrapper included), outside windows and subqueries."""
+    found: list[exp.Expression] = []
+
+    def visit(n: exp.Expression) -> None:
+        if isinstance(n, (exp.Window, exp.Subquery, exp.Select)):
+            return
+        if is_aggregate(n):
+            found.append(n)
+            return
+        if isinstance(n, exp.Anonymous) and n.name.lower() in _UNSUPPORTED_AGGS:
+            raise unsupported(n, f"aggregate {n.name.lower()}: {_UNSUPPORTED_AGGS[n.name.lower()]}")
+        for child in n.iter_expressions():
+            visit(child)
+
+    visit(e)
+    return found
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    kind: str  # count_star count count_distinct sum avg min max bool_and bool_or string_agg
+    arg: exp.Expression | None = None
+    filter: exp.Expression | None = None
+    separator: str = ","
+    order_by: tuple[SortKey, ...] = ()
+
+
+def sort_keys(order: exp.Order | None) -> tuple[SortKey, ...]:
+    if order is None:
+        return ()
+    keys = []
+    for o in order.expressions:
+        desc = bool(o.args.get("desc"))
+        nf = o.args.get("nulls_first")
+        keys.append(SortKey(o.this, desc, None if nf is None else bool(nf)))
+    return tuple(keys)
+
+
+def aggregate_call(node: exp.Expression) -> AggregateCall:
+    filt = None
+    if isinstance(node, exp.Filter):
+        filt = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
+        node = node.this
+    if isinstance(node, exp.Count):
+        arg = node.this
+        if arg is None or isinstance(arg, exp.Star):
+            return AggregateCall("count_star", None, filt)
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                raise unsupported(node, "count(DISTINCT) of several expressions")
+            return AggregateCall("count_distinct", arg.expressions[0], filt)
+        return AggregateCall("count", arg, filt)
+    simple = {
+        exp.Sum: "sum",
+        exp.Avg: "avg",
+        exp.Min: "min",
+        exp.Max: "max",
+        exp.LogicalAnd: "bool_and",
+        exp.LogicalOr: "bool_or",
+    }
+    for cls, kind in simple.items():
+        if type(node) is cls:
+            if isinstance(node.this, exp.Distinct):
+                raise unsupported(
+                    node,
+                    f"{kind}(DISTINCT ...) is not supported",
+                    f"Use {kind} over a DISTINCT subquery",
+                )
+            return AggregateCall(kind, node.this, filt)
+    if isinstance(node, exp.GroupConcat):
+        arg, order = node.this, None
+        if isinstance(arg, exp.Order):
+            arg, order = arg.this, arg
+        if isinstance(arg, exp.Distinct):
+            raise unsupported(node, "string_agg(DISTINCT ...) is not supported")
+        sep = node.args.get("separator")
+        if sep is not None and not (isinstance(sep, exp.Literal) and sep.is_string):
+            raise unsupported(sep, "string_agg's separator must be a string constant")
+        return AggregateCall(
+            "string_agg", arg, filt, sep.this if sep is not None else ",", sort_keys(order)
+        )
+    if isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_NAMES:
+        kind = AGGREGATE_NAMES[node.name.lower()]
+        if kind == "string_agg":
+            raise unsupported(node, "string_agg needs a separator")
+        (arg,) = node.expressions
+        return AggregateCall(kind, arg, filt)
+    raise unsupported(node, "unsupported aggregate")
+
+
+@dataclass(frozen=True)
+class WindowCall:
+    kind: str  # row_number rank dense_rank lag lead sum count count_star avg min max
+    arg: exp.Expression | None
+    offset: int = 1
+    default: exp.Expression | None = None
+    partition_by: tuple[exp.Expression, ...] = ()
+    order_by: tuple[SortKey, ...] = ()
+
+    @property
+    def spec(self) -> tuple[str, ...]:
+        """Calls with equal specs share one window operator."""
+        return (
+            tuple(e.sql() for e in self.partition_by)
+            + ("|",)
+            + tuple(k.sql() for k in self.order_by)
+        )
+
+
+_DEFAULT_FRAME = ("range", "UNBOUNDED", "preceding", "CURRENT ROW")
+
+
+def window_call(node: exp.Window) -> WindowCall:
+    spec = node.args.get("spec")
+    if spec is not None:
+        frame = (
+            (spec.args.get("kind") or "").lower(),
+            str(spec.args.get("start")),
+            (spec.args.get("start_side") or "").lower(),
+            str(spec.args.get("end")),
+        )
+        if frame != _DEFAULT_FRAME:
+            raise unsupported(
+                spec,
+                "window frames other than the default are not supported",
+                "Remove the frame clause",
+            )
+    if node.args.get("alias"):
+        raise unsupported(
+            node, "named windows (WINDOW w AS ...) are not supported", "Inline the window"
+        )
+    partition = tuple(node.args.get("partition_by") or ())
+    order = sort_keys(node.args.get("order"))
+    f = node.this
+    ranking = {exp.RowNumber: "row_number"}
+    for cls, kind in ranking.items():
+        if type(f) is cls:
+            return WindowCall(kind, None, partition_by=partition, order_by=order)
+    name = type(f).__name__.lower()
+    if isinstance(f, exp.Anonymous):
+        name = f.name.lower()
+    if name in ("rank", "denserank", "dense_rank"):
+        return WindowCall(
+            "dense_rank" if "dense" in name else "rank",
+            None,
+            partition_by=partition,
+            order_by=order,
+        )
+    if isinstance(f, (exp.Lag, exp.Lead)):
+        off = f.args.get("offset")
+        if off is not None and not (isinstance(off, exp.Literal) and not off.is_string):
+            raise unsupported(off, "lag/lead offsets must be integer constants")
+        return WindowCall(
+            "lag" if isinstance(f, exp.Lag) else "lead",
+            f.this,
+            int(off.this) if off is not None else 1,
+            f.args.get("default"),
+            partition,
+            order,
+        )
+    if is_aggregate(f) and not isinstance(f, exp.Filter):
+        call = aggregate_call(f)
+        if call.kind in ("sum", "count", "count_star", "avg", "min", "max"):
+            return WindowCall(call.kind, call.arg, partition_by=partition, order_by=order)
+    raise unsupported(node, f"window function {f.sql(dialect='postgres')} is not supported")

@@ -1,0 +1,385 @@
+"""Physical planning: turns an optimized logical plan into a dataflow of collections.
+
+Each logical node becomes one or a few collections: Filter -> FilterCollection, Project ->
+MapCollection (compiled expressions), Join -> the inner/outer/semi/anti/cross join collections
+(equi-conjuncts of the ON condition become key columns, the rest a compiled residual; key
+expressions that are not plain columns are computed into extra columns first), Aggregate ->
+a Map computing group keys and aggregate arguments, then ReduceCollection; TopK and Window ->
+a Map computing their keys, the collection, and a Map dropping the helper columns; set
+operations -> union/distinct/set-operation collections. A logical node reached twice (a CTE used
+twice) becomes ONE dataflow node. Every source table becomes one dataflow input (named
+``schema.table``) that receives the table's columns listed in ``PhysicalPlan.inputs``.
+This module must not optimize; it plans exactly what it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from engine.dataflow.aggregates import Aggregate as AggregateSpec
+from engine.dataflow.collections.anti_join import AntiJoinCollection
+from engine.dataflow.collections.constant import ConstantCollection
+from engine.dataflow.collections.cross_join import CrossJoinCollection
+from engine.dataflow.collections.distinct import DistinctCollection
+from engine.dataflow.collections.filter import FilterCollection
+from engine.dataflow.collections.join import InnerJoinCollection
+from engine.dataflow.collections.map import MapCollection
+from engine.dataflow.collections.outer_join import OuterJoinCollection
+from engine.dataflow.collections.reduce import ReduceCollection
+from engine.dataflow.collections.semi_join import SemiJoinCollection
+from engine.dataflow.collections.set_operation import SetOperationCollection
+from engine.dataflow.collections.top_k import TopKCollection
+from engine.dataflow.collections.union import UnionCollection
+from engine.dataflow.collections.window import WindowCollection
+from engine.dataflow.graph import Dataflow, Node
+from engine.dataflow.state.store import StateStore
+from engine.dataflow.window_functions import WindowFunction
+from engine.sql import logical_plan as lp
+from engine.sql.calls import aggregate_call, window_call
+from engine.sql.expression_compiler import ColumnRef, compile_expressions, compile_predicate
+from engine.sql.logical_plan import Field, LogicalPlan
+from engine.sql.parse import unsupported
+from engine.sql.plan_builder import and_all, conjuncts
+
+
+@dataclass
+class PhysicalPlan:
+    dataflow: Dataflow
+    #: dataflow input name ("schema.table") -> the table's column names each input row carries
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    output_fields: tuple[Field, ...] = ()
+
+    def explain(self) -> str:
+        return self.dataflow.explain()
+
+
+def plan_physical(plan: LogicalPlan, store: StateStore | None) -> PhysicalPlan:
+    """Build (and open on ``store``) the dataflow computing ``plan``."""
+    planner = _PhysicalPlanner(store)
+    planner.collect_inputs(plan)
+    out = planner.node(plan)
+    planner.df.build(out)
+    return PhysicalPlan(
+        planner.df, {k: tuple(v) for k, v in planner.input_columns.items()}, plan.fields
+    )
+
+
+def _refs(fields: tuple[Field, ...]) -> list[ColumnRef]:
+    return [ColumnRef(f.name, f.qualifier, f.type, f.nullable) for f in fields]
+
+
+def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
+    """Position of the field a bare column reference names, or None if ``e`` is not one."""
+    if not isinstance(e, exp.Column):
+        return None
+    q = e.table or None
+    hits = [i for i, f in enumerate(fields) if f.name == e.name and (q is None or f.qualifier == q)]
+    return hits[0] if len(hits) == 1 else None
+
+
+class _PhysicalPlanner:
+    def __init__(self, store: StateStore | None) -> None:
+        self.df = Dataflow(store)
+        self.input_columns: dict[str, list[str]] = {}
+        self.memo: dict[int, Node] = {}
+
+    # -- sources --------------------------------------------------------------------------------
+    def collect_inputs(self, plan: LogicalPlan) -> None:
+        for node in plan.walk():
+            if isinstance(node, lp.Scan):
+                cols = self.input_columns.setdefault(f"{node.schema}.{node.table}", [])
+                for f in node.fields:
+                    if f.name not in cols:
+                        cols.append(f.name)
+        for name, cols in self.input_columns.items():  # keep the table's column order
+            schema, _, table = name.partition(".")
+            for node in plan.walk():
+                if isinstance(node, lp.Scan) and (node.schema, node.table) == (schema, table):
+                    order = [f.name for f in node.table_fields]
+                    cols.sort(key=order.index)
+                    break
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def node(self, plan: LogicalPlan) -> Node:
+        key = id(plan)
+        if key not in self.memo:
+            method = getattr(self, "p_" + type(plan).__name__)
+            self.memo[key] = method(plan)
+        return self.memo[key]
+
+    def map(
+        self, up: Node, exprs: list[exp.Expression], fields: tuple[Field, ...], what: str
+    ) -> Node:
+        compiled = compile_expressions(exprs, _refs(fields))
+        return self.df.add(MapCollection(compiled.fn, what), up)
+
+    def keep(self, up: Node, n: int, what: str = "drop helper columns") -> Node:
+        if n == 1:
+            return self.df.add(MapCollection(lambda rows: [(r[0],) for r in rows], what), up)
+        return self.df.add(MapCollection(lambda rows: [r[:n] for r in rows], what), up)
+
+    def with_columns(
+        self, up: Node, fields: tuple[Field, ...], exprs: list[exp.Expression], what: str
+    ):
+        """Positions of ``exprs`` in the rows of ``up``, appending computed columns where needed.
+
+        Returns (node, positions, appended?)."""
+        positions: list[int] = []
+        extra: list[exp.Expression] = []
+        for e in exprs:
+            i = column_index(e, fields)
+            if i is None:
+                positions.append(len(fields) + len(extra))
+                extra.append(e)
+            else:
+                positions.append(i)
+        if not extra:
+            return up, positions, False
+        extra_fn = compile_expressions(extra, _refs(fields)).fn
+        fn = lambda rows: [r + x for r, x in zip(rows, extra_fn(rows), strict=True)]  # noqa: E731
+        return self.df.add(MapCollection(fn, what), up), positions, True
+
+    # -- leaves ---------------------------------------------------------------------------------
+    def p_Scan(self, plan: lp.Scan) -> Node:
+        name = f"{plan.schema}.{plan.table}"
+        node = self.df.input(name)
+        cols = self.input_columns[name]
+        wanted = [f.name for f in plan.fields]
+        if wanted == cols:
+            return node
+        idx = [cols.index(c) for c in wanted]
+        if len(idx) == 1:
+            (i,) = idx
+            fn = lambda rows: [(r[i],) for r in rows]  # noqa: E731
+        else:
+            fn = lambda rows: [tuple(r[j] for j in idx) for r in rows]  # noqa: E731
+        return self.df.add(MapCollection(fn, f"columns {wanted} of {name}"), node)
+
+    def p_Values(self, plan: lp.Values) -> Node:
+        return self.df.add(ConstantCollection(list(plan.rows)))
+
+    def p_SubqueryAlias(self, plan: lp.SubqueryAlias) -> Node:
+        return self.node(plan.input)
+
+    # -- stateless ------------------------------------------------------------------------------
+    def p_Filter(self, plan: lp.Filter) -> Node:
+        up = self.node(plan.input)
+        fn, _ = compile_predicate(plan.predicate, _refs(plan.input.fields))
+        return self.df.add(FilterCollection(fn, plan.predicate.sql(dialect="postgres")), up)
+
+    def p_Project(self, plan: lp.Project) -> Node:
+        up = self.node(plan.input)
+        if all(column_index(e, plan.input.fields) == i for i, e in enumerate(plan.exprs)) and len(
+            plan.exprs
+        ) == len(plan.input.fields):
+            return up  # identity projection
+        desc = ", ".join(e.sql(dialect="postgres") for e in plan.exprs)
+        return self.map(up, list(plan.exprs), plan.input.fields, desc)
+
+    # -- joins ----------------------------------------------------------------------------------
+    def p_Join(self, plan: lp.Join) -> Node:
+        lf, rf = plan.left.fields, plan.right.fields
+        left, right = self.node(plan.left), self.node(plan.right)
+        lkeys, rkeys, rest = [], [], []
+        for c in conjuncts(plan.condition):
+            pair = _equi_pair(c, lf, rf)
+            if pair is None:
+                rest.append(c)
+            else:
+                lkeys.append(pair[0])
+                rkeys.append(pair[1])
+        if plan.kind == "anti_null_aware" and len(lkeys) != 1:
+            raise unsupported(
+                plan.condition, "NOT IN needs a single-column equality with the subquery"
+            )
+        left, lpos, lext = self.with_columns(left, lf, lkeys, "join keys")
+        right, rpos, rext = self.with_columns(right, rf, rkeys, "join keys")
+        lwidth = len(lf) + (len(lpos) if lext else 0)
+        rwidth = len(rf) + (len(rpos) if rext else 0)
+        # residual over the concatenated row (with helper columns, if any, at each side's end)
+        residual = None
+        if rest:
+            fields = (
+                lf
+                + _helper_fields(lwidth - len(lf), "__lk")
+                + rf
+                + _helper_fields(rwidth - len(rf), "__rk")
+            )
+            residual, _ = compile_predicate(and_all(rest), _refs(fields))
+        desc = plan.label()
+        kind = plan.kind
+        if kind == "inner":
+            node = self.df.add(
+                (
+                    InnerJoinCollection(lpos, rpos, residual, desc)
+                    if lpos
+                    else CrossJoinCollection(residual, desc)
+                ),
+                left,
+                right,
+            )
+        elif kind == "cross":
+            node = self.df.add(CrossJoinCollection(residual, desc), left, right)
+        elif kind in ("left", "right", "full"):
+            node = self.df.add(
+                OuterJoinCollection(kind, lpos, rpos, lwidth, rwidth, residual, desc), left, right
+            )
+        elif kind == "semi":
+            node = self.df.add(SemiJoinCollection(lpos, rpos, residual, desc), left, right)
+        elif kind == "anti":
+            node = self.df.add(AntiJoinCollection(lpos, rpos, residual, False, desc), left, right)
+        else:  # anti_null_aware
+            node = self.df.add(AntiJoinCollection(lpos, rpos, None, True, desc), left, right)
+        if kind in ("semi", "anti", "anti_null_aware"):
+            return self.keep(node, len(lf)) if lext else node
+        if not lext and not rext:
+            return node
+        keep = list(range(len(lf))) + [lwidth + i for i in range(len(rf))]
+        return self.df.add(
+            MapCollection(lambda rows: [tuple(r[i] for i in keep) for r in rows], "drop join keys"),
+            node,
+        )
+
+    # -- aggregation ----------------------------------------------------------------------------
+    def p_Aggregate(self, plan: lp.Aggregate) -> Node:
+        fields = plan.input.fields
+        up = self.node(plan.input)
+        cols: list[exp.Expression] = list(plan.group_by)
+        specs: list[AggregateSpec] = []
+
+        def slot(e: exp.Expression) -> int:
+            key = e.sql()
+            for i, c in enumerate(cols):
+                if c.sql() == key:
+                    return i
+            cols.append(e)
+            return len(cols) - 1
+
+        for a in plan.aggregates:
+            call = aggregate_call(a)
+            arg = slot(call.arg) if call.arg is not None else None
+            filt = slot(call.filter) if call.filter is not None else None
+            order = tuple(slot(k.expr) for k in call.order_by)
+            specs.append(
+                AggregateSpec(
+                    call.kind,
+                    arg,
+                    filt,
+                    call.separator,
+                    order,
+                    tuple(k.descending for k in call.order_by),
+                )
+            )
+        group = list(range(len(plan.group_by)))
+        if cols:
+            up = self.map(up, cols, fields, "group keys and aggregate arguments")
+        return self.df.add(ReduceCollection(group, specs), up)
+
+    def p_Distinct(self, plan: lp.Distinct) -> Node:
+        return self.df.add(DistinctCollection(), self.node(plan.input))
+
+    def p_SetOperation(self, plan: lp.SetOperation) -> Node:
+        left, right = self.node(plan.left), self.node(plan.right)
+        if plan.kind == "union_all":
+            return self.df.add(UnionCollection(2), left, right)
+        if plan.kind == "union":
+            return self.df.add(DistinctCollection(), self.df.add(UnionCollection(2), left, right))
+        return self.df.add(SetOperationCollection(plan.kind), left, right)
+
+    # -- ordering -------------------------------------------------------------------------------
+    def p_TopK(self, plan: lp.TopK) -> Node:
+        fields = plan.input.fields
+        up = self.node(plan.input)
+        exprs = list(plan.partition_by) + [k.expr for k in plan.order_by]
+        up, pos, ext = self.with_columns(up, fields, exprs, "top-k keys")
+        np_ = len(plan.partition_by)
+        node = self.df.add(
+            TopKCollection(
+                pos[:np_],
+                pos[np_:],
+                [k.descending for k in plan.order_by],
+                [k.nulls_first for k in plan.order_by],
+                plan.limit,
+                plan.offset,
+                plan.rank_kind,
+                plan.rank_field is not None,
+            ),
+            up,
+        )
+        if not ext:
+            return node
+        n = len(fields)
+        if plan.rank_field is None:
+            return self.keep(node, n)
+        return self.df.add(
+            MapCollection(lambda rows: [r[:n] + (r[-1],) for r in rows], "drop top-k keys"), node
+        )
+
+    def p_Window(self, plan: lp.Window) -> Node:
+        fields = plan.input.fields
+        up = self.node(plan.input)
+        calls = [window_call(w) for w in plan.functions]
+        exprs = list(plan.partition_by) + [k.expr for k in plan.order_by]
+        exprs += [c.arg for c in calls if c.arg is not None]
+        up, pos, ext = self.with_columns(up, fields, exprs, "window keys and arguments")
+        np_, no = len(plan.partition_by), len(plan.order_by)
+        funcs = []
+        arg_pos = iter(pos[np_ + no :])
+        for c in calls:
+            default = None
+            if c.default is not None:
+                if not isinstance(c.default, (exp.Literal, exp.Null, exp.Neg)):
+                    raise unsupported(c.default, "lag/lead defaults must be constants")
+                default = compile_expressions([c.default], []).fn([()])[0][0]
+            funcs.append(
+                WindowFunction(
+                    c.kind, next(arg_pos) if c.arg is not None else None, c.offset, default
+                )
+            )
+        node = self.df.add(
+            WindowCollection(
+                pos[:np_],
+                pos[np_ : np_ + no],
+                [k.descending for k in plan.order_by],
+                [k.nulls_first for k in plan.order_by],
+                funcs,
+            ),
+            up,
+        )
+        if not ext:
+            return node
+        n, nf = len(fields), len(funcs)
+        return self.df.add(
+            MapCollection(
+                lambda rows: [r[:n] + r[len(r) - nf :] for r in rows], "drop window keys"
+            ),
+            node,
+        )
+
+
+def _helper_fields(n: int, qualifier: str) -> tuple[Field, ...]:
+    from engine.sql.types import UNKNOWN
+
+    return tuple(Field(qualifier, f"k{i}", UNKNOWN) for i in range(n))
+
+
+def _side(e: exp.Expression, fields: tuple[Field, ...]) -> bool:
+    """True if every column ``e`` references is one of ``fields`` (and it references one)."""
+    cols = list(e.find_all(exp.Column))
+    if not cols:
+        return False
+    names = {(f.qualifier, f.name) for f in fields}
+    return all((c.table or None, c.name) in names for c in cols)
+
+
+def _equi_pair(c: exp.Expression, lf, rf) -> tuple[exp.Expression, exp.Expression] | None:
+    if not isinstance(c, exp.EQ):
+        return None
+    a, b = c.left, c.right
+    if _side(a, lf) and _side(b, rf):
+        return a, b
+    if _side(b, lf) and _side(a, rf):
+        return b, a
+    return None

@@ -1,0 +1,781 @@
+"""Builds the logical plan of a view from its SQL: parse, check, qualify, translate.
+
+``build_plan(sql, catalog)`` returns a ``BuiltView``: the (unoptimized) ``LogicalPlan``, the
+output column names Postgres would give, and the source tables. Translation works on sqlglot's
+qualified AST (stars expanded, every column qualified with its FROM alias) scope by scope:
+FROM/JOIN -> WHERE (subquery predicates become semi/anti joins, scalar subqueries become cross or
+left joins with an aggregate: decorrelation) -> GROUP BY/aggregates -> HAVING -> windows ->
+SELECT -> DISTINCT -> ORDER BY ... LIMIT as top-k. A CTE is built once and shared by every use.
+Anything unsupported raises ``UnsupportedSQL`` with a position and, where possible, a rewrite.
+This module must not optimize (rules/) or execute (physical planning).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+
+from engine.errors import UnsupportedSQL
+from engine.sql import logical_plan as lp
+from engine.sql.calls import aggregate_call, find_aggregates, sort_keys, window_call
+from engine.sql.catalog import Catalog, SourceTable
+from engine.sql.logical_plan import Field, LogicalPlan, SortKey
+from engine.sql.output_names import output_name
+from engine.sql.parse import DIALECT, parse_query, unsupported
+from engine.sql.result_types import aggregate_type
+from engine.sql.types import SqlType
+
+NON_DETERMINISTIC = {
+    "now": "now() changes with time",
+    "random": "random() differs on every evaluation",
+    "clock_timestamp": "clock_timestamp() changes with time",
+    "statement_timestamp": "statement_timestamp() changes with time",
+    "transaction_timestamp": "transaction_timestamp() changes with time",
+    "timeofday": "timeofday() changes with time",
+    "gen_random_uuid": "gen_random_uuid() differs on every evaluation",
+    "uuid_generate_v4": "uuid_generate_v4() differs on every evaluation",
+    "nextval": "nextval() changes state on every call",
+    "txid_current": "txid_current() depends on the transaction",
+    "pg_backend_pid": "pg_backend_pid() depends on the session",
+}
+_NON_DETERMINISTIC_NODES = {
+    exp.CurrentTimestamp: "now",
+    exp.CurrentDate: "current_date",
+    exp.CurrentTime: "current_time",
+    exp.Rand: "random",
+}
+_DETERMINISM_HINT = (
+    "A view must be a deterministic function of its source tables; store the value in a column "
+    "or compare against a constant instead"
+)
+
+
+@dataclass(frozen=True)
+class BuiltView:
+    plan: LogicalPlan
+    output_names: tuple[str, ...]
+    sources: tuple[SourceTable, ...]
+
+
+def build_plan(sql: str, catalog: Catalog) -> BuiltView:
+    """The unoptimized logical plan of ``sql`` against ``catalog``."""
+    return _Builder(catalog).build(sql)
+
+
+def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    if e is None:
+        return []
+    if isinstance(e, exp.And):
+        return conjuncts(e.left) + conjuncts(e.right)
+    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
+        return conjuncts(e.this)
+    return [e]
+
+
+def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.And(this=out, expression=p)
+    return out
+
+
+def qualifiers(e: exp.Expression) -> set[str]:
+    """The table qualifiers of the columns ``e`` references (not inside nested subqueries)."""
+    out = set()
+    for c in e.find_all(exp.Column):
+        if c.table:
+            out.add(c.table)
+    return out
+
+
+class _Builder:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.sources: dict[str, SourceTable] = {}
+        self.ctes: dict[str, LogicalPlan] = {}
+        self._names = itertools.count(1)
+        self._top_names: tuple[str, ...] | None = None
+
+    # -- entry ----------------------------------------------------------------------------------
+    def build(self, sql: str) -> BuiltView:
+        raw = parse_query(sql)
+        self._check_constructs(raw)
+        names = self._output_names(raw)
+        schema = self._resolve_tables(raw)
+        try:
+            q = qualify(raw.copy(), schema=schema, dialect=DIALECT, validate_qualify_columns=True)
+        except OptimizeError as e:
+            msg = str(e).replace("Line:", "at line").replace(", Col:", ", column")
+            raise UnsupportedSQL(f"{msg[0].lower()}{msg[1:]}") from None
+        self._top_names = names
+        plan = self.query(q, outer=None)
+        names = tuple(f.name for f in plan.fields)
+        seen = set()
+        for n in names:
+            if n in seen:
+                raise UnsupportedSQL(
+                    f"the view's output has two columns named {n!r}; the result table needs distinct "
+                    f"column names: give each output column its own alias (... AS name)"
+                )
+            seen.add(n)
+        return BuiltView(plan, names, tuple(self.sources.values()))
+
+    def _output_names(self, raw: exp.Expression) -> tuple[str, ...]:
+        first = raw
+        while isinstance(first, (exp.Union, exp.Except, exp.Intersect)):
+            first = first.left
+        if any(
+            isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+            for e in first.expressions
+        ):
+            return ()
+        return tuple(output_name(e) for e in first.expressions)
+
+    def _check_constructs(self, raw: exp.Expression) -> None:
+        for node in raw.walk():
+            for cls, name in _NON_DETERMINISTIC_NODES.items():
+                if type(node) is cls:
+                    raise unsupported(node, f"{name} is not deterministic", _DETERMINISM_HINT)
+            if isinstance(node, exp.Anonymous) and node.name.lower() in NON_DETERMINISTIC:
+                raise unsupported(node, NON_DETERMINISTIC[node.name.lower()], _DETERMINISM_HINT)
+            if isinstance(node, exp.With) and node.args.get("recursive"):
+                raise unsupported(node, "WITH RECURSIVE is not supported")
+            if isinstance(node, exp.Lateral) or (
+                isinstance(node, exp.Join) and node.args.get("lateral")
+            ):
+                raise unsupported(
+                    node, "LATERAL is not supported", "Rewrite the lateral subquery as a join"
+                )
+            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                raise unsupported(
+                    node,
+                    "ROLLUP/CUBE/GROUPING SETS are not supported",
+                    "Use UNION ALL of GROUP BYs",
+                )
+            if isinstance(node, exp.Lock):
+                raise unsupported(node, "FOR UPDATE/SHARE has no meaning in a view")
+            if (
+                isinstance(node, exp.Select)
+                and node.args.get("limit") is not None
+                and not node.args.get("order")
+            ):
+                raise unsupported(
+                    node.args["limit"],
+                    "LIMIT without ORDER BY picks arbitrary rows",
+                    "Add an ORDER BY that makes the choice deterministic (ending with a unique key)",
+                )
+
+    def _resolve_tables(self, raw: exp.Expression) -> dict:
+        cte_names = {c.alias_or_name for c in raw.find_all(exp.CTE)}
+        schema: dict[str, dict[str, dict[str, str]]] = {}
+        for t in raw.find_all(exp.Table):
+            if not t.db and t.name in cte_names:
+                continue
+            if t.args.get("catalog"):
+                raise unsupported(t, "cross-database references are not supported")
+            src = self.catalog.lookup(t.db or None, t.name)
+            if src is None:
+                where = f"{t.db}.{t.name}" if t.db else t.name
+                raise unsupported(
+                    t, f"unknown table {where}", "Check the name, or create the table first"
+                )
+            self.sources[src.qualified_name] = src
+            schema.setdefault(src.schema, {})[src.name] = {
+                c.name: c.type.sql() for c in src.columns
+            }
+        return schema
+
+    # -- queries --------------------------------------------------------------------------------
+    def query(self, node: exp.Expression, outer: list[Field] | None) -> LogicalPlan:
+        with_ = node.args.get("with_")
+        if with_ is not None:
+            for cte in with_.expressions:
+                plan = self.query(cte.this, outer=None)
+                cols = cte.args.get("alias") and cte.args["alias"].columns
+                if cols:
+                    plan = lp.SubqueryAlias(plan, "__cte", tuple(c.name for c in cols))
+                self.ctes[cte.alias_or_name] = plan
+        if isinstance(node, (exp.Union, exp.Except, exp.Intersect)):
+            top, self._top_names = self._top_names, None
+            return self.set_operation(node, top)
+        if isinstance(node, exp.Subquery):
+            return self.query(node.this, outer)
+        if isinstance(node, exp.Select):
+            return self.select(node)
+        raise unsupported(node, f"unsupported query form {type(node).__name__}")
+
+    def set_operation(
+        self, node: exp.Expression, names: tuple[str, ...] | None = None
+    ) -> LogicalPlan:
+        self._top_names = names  # the left branch names the columns
+        left = self.query(node.left, None)
+        self._top_names = None
+        right = self.query(node.right, None)
+        if len(left.fields) != len(right.fields):
+            raise unsupported(
+                node,
+                f"each side of {type(node).__name__.upper()} must have the same number of columns",
+            )
+        distinct = node.args.get("distinct", True)
+        kind = {exp.Union: "union", exp.Except: "except", exp.Intersect: "intersect"}[type(node)]
+        plan: LogicalPlan = lp.SetOperation(left, right, kind if distinct else f"{kind}_all")
+        return self._order_limit(node, plan, plan.fields, None)
+
+    # -- SELECT ---------------------------------------------------------------------------------
+    def select(self, sel: exp.Select) -> LogicalPlan:
+        top, self._top_names = self._top_names, None  # before nested SELECTs are built
+        plan = self.from_clause(sel)
+        plan = self.where_clause(sel.args.get("where"), plan)
+        exprs = [e.this if isinstance(e, exp.Alias) else e for e in sel.expressions]
+        names = [e.alias_or_name for e in sel.expressions]
+        if top is not None and len(top) == len(names):
+            names = list(top)  # the outermost SELECT: Postgres' names, not qualify's _col_N
+        having = sel.args.get("having")
+        order = sel.args.get("order")
+        group = sel.args.get("group")
+        holder = [plan]  # scalar subqueries in the select list join their plans in here
+        exprs = [self._replace_scalar_subqueries(e, holder) for e in exprs]
+        plan = holder[0]
+        aggs = [
+            a
+            for e in exprs + ([having.this] if having is not None else [])
+            for a in find_aggregates(e)
+        ]
+        if order is not None:
+            for o in order.expressions:
+                aggs += find_aggregates(o.this)
+        if group is not None or aggs:
+            plan, rewrite = self.aggregate(plan, group, aggs)
+            exprs = [rewrite(e) for e in exprs]
+            if having is not None:
+                plan = lp.Filter(plan, rewrite(having.this))
+            if order is not None:
+                order = order.copy()
+                for o in order.expressions:
+                    if not (
+                        isinstance(o.this, exp.Column) and not o.this.table and o.this.name in names
+                    ):
+                        o.set("this", rewrite(o.this))
+                sel = sel.copy()
+                sel.set("order", order)
+        elif having is not None:
+            raise unsupported(having, "HAVING without GROUP BY or aggregates")
+        windows = [w for e in exprs for w in e.find_all(exp.Window)]
+        if windows:
+            plan, wrewrite = self.windows(plan, windows)
+            exprs = [wrewrite(e) for e in exprs]
+        distinct = sel.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            return self._distinct_on(sel, plan, exprs, names, distinct)
+        pre_project_fields = plan.fields
+        project = self._project(plan, exprs, names)
+        if distinct is not None:
+            return self._order_limit(sel, lp.Distinct(project), project.fields, None)
+        return self._order_limit(
+            sel, project, project.fields, (plan, exprs, names, pre_project_fields)
+        )
+
+    def _project(
+        self, plan: LogicalPlan, exprs: list[exp.Expression], names: list[str]
+    ) -> lp.Project:
+        types = self.types_of(exprs, plan.fields)
+        out = tuple(
+            Field(None, n, t, self._nullable(e, plan.fields))
+            for n, t, e in zip(names, types, exprs, strict=True)
+        )
+        return lp.Project(plan, tuple(exprs), out)
+
+    @staticmethod
+    def _nullable(e: exp.Expression, fields: tuple[Field, ...]) -> bool:
+        if isinstance(e, exp.Column):
+            for f in fields:
+                if f.name == e.name and f.qualifier == (e.table or None):
+                    return f.nullable
+        return True
+
+    # -- FROM -----------------------------------------------------------------------------------
+    def from_clause(self, sel: exp.Select) -> LogicalPlan:
+        from_ = sel.args.get("from_")
+        if from_ is None:
+            return lp.Values(((),), ())
+        plan = self.table_source(from_.this)
+        for join in sel.args.get("joins") or ():
+            right = self.table_source(join.this)
+            side = (join.args.get("side") or "").lower()
+            kind = (join.args.get("kind") or "").lower()
+            on = join.args.get("on")
+            if join.args.get("using"):
+                raise unsupported(
+                    join, "JOIN ... USING could not be resolved", "Write the join with ON"
+                )
+            if side in ("left", "right", "full"):
+                if on is None:
+                    raise unsupported(join, f"{side.upper()} JOIN needs an ON condition")
+                plan = lp.Join(plan, right, side, on)
+            elif kind == "cross" or on is None:
+                plan = lp.Join(plan, right, "cross")
+            elif kind in ("", "inner"):
+                plan = lp.Join(plan, right, "inner", on)
+            else:
+                raise unsupported(join, f"{kind.upper()} JOIN is not supported")
+        return plan
+
+    def table_source(self, node: exp.Expression) -> LogicalPlan:
+        alias = node.alias_or_name
+        if isinstance(node, exp.Table):
+            if not node.db and node.name in self.ctes:
+                return lp.SubqueryAlias(self.ctes[node.name], alias)
+            src = self.catalog.lookup(node.db or None, node.name)
+            assert src is not None  # checked in _resolve_tables
+            fields = tuple(Field(src.name, c.name, c.type, c.nullable) for c in src.columns)
+            return lp.SubqueryAlias(lp.Scan(src.schema, src.name, fields), alias)
+        if isinstance(node, exp.Subquery):
+            inner = self.query(node.this, None)
+            cols = node.args.get("alias") and node.args["alias"].columns
+            return lp.SubqueryAlias(inner, alias, tuple(c.name for c in cols) if cols else None)
+        if isinstance(node, exp.Values):
+            raise unsupported(node, "VALUES lists are not supported", "Use a table")
+        raise unsupported(node, f"unsupported FROM item {type(node).__name__}")
+
+    # -- WHERE and subqueries -------------------------------------------------------------------
+    def where_clause(self, where: exp.Where | None, plan: LogicalPlan) -> LogicalPlan:
+        if where is None:
+            return plan
+        plain: list[exp.Expression] = []
+        subquery_preds: list[exp.Expression] = []
+        for c in conjuncts(where.this):
+            if self._subquery_predicate(c) is not None:
+                subquery_preds.append(c)
+            else:
+                plain.append(c)
+        holder = [plan]
+        plain = [self._replace_scalar_subqueries(c, holder) for c in plain]
+        plan = holder[0]
+        for c in plain:
+            for sub in c.find_all(exp.Exists, exp.In):
+                if isinstance(sub, exp.Exists) or sub.args.get("query") is not None:
+                    raise unsupported(
+                        sub,
+                        "EXISTS/IN (subquery) must be a top-level AND condition of WHERE",
+                        "Rewrite the OR as a UNION of two queries",
+                    )
+        pred = and_all(plain)
+        if pred is not None:
+            plan = lp.Filter(plan, pred)
+        for c in subquery_preds:
+            plan = self._semi_anti(c, plan)
+        return plan
+
+    @staticmethod
+    def _subquery_predicate(c: exp.Expression) -> tuple[str, exp.Expression] | None:
+        negated = False
+        inner = c
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Not):
+            negated, inner = True, inner.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+        if isinstance(inner, exp.Exists):
+            return ("anti" if negated else "semi", inner)
+        if isinstance(inner, exp.In) and inner.args.get("query") is not None:
+            return ("anti_in" if negated else "semi_in", inner)
+        return None
+
+    def _semi_anti(self, c: exp.Expression, plan: LogicalPlan) -> LogicalPlan:
+        kind, node = self._subquery_predicate(c)  # type: ignore[misc]
+        if kind in ("semi", "anti"):
+            sub = node.this
+            sub = sub.this if isinstance(sub, exp.Subquery) else sub
+            if not isinstance(sub, exp.Select):
+                raise unsupported(node, "EXISTS over a set operation is not supported")
+            right, cond = self._correlated(sub, plan.fields)
+            if cond is None:
+                raise unsupported(
+                    node,
+                    "an uncorrelated EXISTS is not supported",
+                    "Correlate it with the outer query, or use a join",
+                )
+            return lp.Join(plan, right, kind, cond)
+        query = node.args["query"]
+        sub = query.this if isinstance(query, exp.Subquery) else query
+        outer_refs = [
+            c
+            for c in sub.find_all(exp.Column)
+            if c.table and c.table not in self._scope_aliases(sub)
+        ]
+        if outer_refs:
+            raise unsupported(
+                node, "a correlated IN (subquery) is not supported", "Rewrite it as EXISTS"
+            )
+        right = self.query(sub, None)
+        if len(right.fields) != 1:
+            raise unsupported(node, "IN (subquery) must select exactly one column")
+        alias = f"__sq{next(self._names)}"
+        right = lp.SubqueryAlias(right, alias, ("v",))
+        cond = exp.EQ(this=node.this, expression=lp.column("v", alias))
+        return lp.Join(plan, right, "semi" if kind == "semi_in" else "anti_null_aware", cond)
+
+    @staticmethod
+    def _scope_aliases(sel: exp.Expression) -> set[str]:
+        aliases = set()
+        from_ = sel.args.get("from_")
+        items = ([from_.this] if from_ is not None else []) + [
+            j.this for j in sel.args.get("joins") or ()
+        ]
+        for it in items:
+            aliases.add(it.alias_or_name)
+        return aliases
+
+    def _correlated(self, sub: exp.Select, outer_fields: tuple[Field, ...]):
+        """Plan of ``sub``'s FROM + local WHERE, and the correlated conjuncts as a join condition
+        (inner columns re-qualified with a fresh alias so they cannot clash with the outer ones)."""
+        for key in ("group", "having", "with_"):
+            if sub.args.get(key) is not None:
+                raise unsupported(
+                    sub.args[key], f"{key.upper()} inside a correlated subquery is not supported"
+                )
+        inner_aliases = self._scope_aliases(sub)
+        outer_quals = {f.qualifier for f in outer_fields}
+        local, correlated = [], []
+        where = sub.args.get("where")
+        for c in conjuncts(where.this if where is not None else None):
+            quals = qualifiers(c)
+            if quals - inner_aliases:
+                if not (quals - inner_aliases) <= outer_quals:
+                    raise unsupported(
+                        c, "a reference to a column that is neither inside nor outside the subquery"
+                    )
+                correlated.append(c)
+            else:
+                local.append(c)
+        for e in sub.expressions:
+            if qualifiers(e) - inner_aliases:
+                raise unsupported(
+                    e, "correlated references are only supported in the subquery's WHERE"
+                )
+        inner = self.from_clause(sub)
+        if local:
+            inner = self.where_clause(exp.Where(this=and_all(local)), inner)
+        if not correlated:
+            return inner, None
+        alias = f"__sq{next(self._names)}"
+        renamed = tuple(f"{f.qualifier}.{f.name}" for f in inner.fields)
+        inner = lp.SubqueryAlias(inner, alias, renamed)
+        cond = and_all([self._requalify(c, inner_aliases, alias) for c in correlated])
+        return inner, cond
+
+    @staticmethod
+    def _requalify(e: exp.Expression, inner_aliases: set[str], alias: str) -> exp.Expression:
+        def fix(n):
+            if isinstance(n, exp.Column) and n.table in inner_aliases:
+                return lp.column(f"{n.table}.{n.name}", alias)
+            return n
+
+        return e.copy().transform(fix)
+
+    def _replace_scalar_subqueries(
+        self, e: exp.Expression, holder: list[LogicalPlan]
+    ) -> exp.Expression:
+        """Each scalar subquery in ``e`` becomes a column of a joined plan (holder[0] is updated)."""
+        if not any(
+            isinstance(n, exp.Subquery) and not isinstance(n.parent, (exp.In, exp.Exists))
+            for n in e.walk()
+        ):
+            return e
+
+        def fix(n):
+            if isinstance(n, exp.Subquery) and not isinstance(n.parent, (exp.In, exp.Exists)):
+                holder[0], ref = self._scalar_subquery(n, holder[0])
+                return ref
+            return n
+
+        return e.copy().transform(fix)
+
+    def _scalar_subquery(
+        self, node: exp.Subquery, plan: LogicalPlan
+    ) -> tuple[LogicalPlan, exp.Expression]:
+        sub = node.this
+        if not isinstance(sub, exp.Select):
+            raise unsupported(node, "a scalar subquery must be a SELECT")
+        if len(sub.expressions) != 1:
+            raise unsupported(node, "a scalar subquery must select exactly one column")
+        inner_aliases = self._scope_aliases(sub)
+        correlated = any(
+            qualifiers(c) - inner_aliases
+            for c in conjuncts(sub.args.get("where") and sub.args["where"].this)
+        )
+        alias = f"__sq{next(self._names)}"
+        item = sub.expressions[0]
+        item = item.this if isinstance(item, exp.Alias) else item
+        if not correlated:
+            right = self.query(sub, None)
+            single = (
+                isinstance(right, lp.Project)
+                and isinstance(right.input, lp.Aggregate)
+                and not right.input.group_by
+            )
+            if not single:
+                raise unsupported(
+                    node,
+                    "a scalar subquery must return exactly one row; incview accepts aggregates without GROUP BY",
+                    "Use an aggregate such as max(...) in the subquery",
+                )
+            right = lp.SubqueryAlias(right, alias, ("v",))
+            return lp.Join(plan, right, "cross"), lp.column("v", alias)
+        # correlated: SELECT agg(...) FROM ... WHERE local AND inner_expr = outer_expr
+        if sub.args.get("group"):
+            raise unsupported(
+                node, "a correlated scalar subquery must compute one aggregate without GROUP BY"
+            )
+        aggs = find_aggregates(item)
+        if len(aggs) != 1 or aggs[0] is not item:
+            raise unsupported(
+                node,
+                "a correlated scalar subquery must select a single aggregate call",
+                "e.g. (SELECT sum(x) FROM t WHERE t.k = o.k)",
+            )
+        inner_plan, cond = self._correlated(sub, plan.fields)
+        eqs = conjuncts(cond)
+        inner_keys, outer_keys = [], []
+        for c in eqs:
+            if not isinstance(c, exp.EQ):
+                raise unsupported(c, "a correlated scalar subquery may only correlate by equality")
+            sides = [c.left, c.right]
+            inner_side = [
+                s
+                for s in sides
+                if qualifiers(s) and all(q.startswith("__sq") for q in qualifiers(s))
+            ]
+            if len(inner_side) != 1:
+                raise unsupported(
+                    c, "each correlation must compare an inner expression with an outer one"
+                )
+            inner_keys.append(inner_side[0])
+            outer_keys.append(sides[1] if sides[0] is inner_side[0] else sides[0])
+        call = aggregate_call(item)
+        agg_expr = self._requalify_to(item, inner_plan)
+        types = self.types_of(inner_keys, inner_plan.fields)
+        arg_type = (
+            self.types_of([self._requalify_to(call.arg, inner_plan)], inner_plan.fields)[0]
+            if call.arg is not None
+            else None
+        )
+        out = tuple(Field(None, f"k{i}", t) for i, t in enumerate(types)) + (
+            Field(None, "v", aggregate_type(call.kind, arg_type)),
+        )
+        agg = lp.Aggregate(inner_plan, tuple(inner_keys), (agg_expr,), out)
+        right = lp.SubqueryAlias(agg, alias)
+        cond = and_all(
+            [exp.EQ(this=o, expression=lp.column(f"k{i}", alias)) for i, o in enumerate(outer_keys)]
+        )
+        ref: exp.Expression = lp.column("v", alias)
+        if call.kind in ("count", "count_star", "count_distinct"):
+            ref = exp.Coalesce(this=ref, expressions=[exp.Literal.number(0)])
+        return lp.Join(plan, right, "left", cond), ref
+
+    @staticmethod
+    def _requalify_to(e: exp.Expression, inner_plan: LogicalPlan) -> exp.Expression:
+        alias = inner_plan.fields[0].qualifier if inner_plan.fields else None
+
+        def fix(n):
+            if isinstance(n, exp.Column) and n.table and alias and not n.table.startswith("__sq"):
+                return lp.column(f"{n.table}.{n.name}", alias)
+            return n
+
+        return e.copy().transform(fix)
+
+    # -- GROUP BY -------------------------------------------------------------------------------
+    def aggregate(self, plan: LogicalPlan, group: exp.Group | None, aggs: list[exp.Expression]):
+        group_exprs = list(group.expressions) if group is not None else []
+        unique_aggs: dict[str, exp.Expression] = {}
+        for a in aggs:
+            unique_aggs.setdefault(a.sql(), a)
+        agg_list = list(unique_aggs.values())
+        gtypes = self.types_of(group_exprs, plan.fields)
+        out: list[Field] = []
+        for i, (g, t) in enumerate(zip(group_exprs, gtypes, strict=True)):
+            if isinstance(g, exp.Column):
+                out.append(Field(g.table or None, g.name, t, self._nullable(g, plan.fields)))
+            else:
+                out.append(Field(None, f"__g{i}", t))
+        for i, a in enumerate(agg_list):
+            call = aggregate_call(a)
+            arg_t = self.types_of([call.arg], plan.fields)[0] if call.arg is not None else None
+            if call.filter is not None:
+                self.types_of([call.filter], plan.fields)
+            kind = call.kind
+            if (
+                kind in ("sum", "avg")
+                and arg_t is not None
+                and not (arg_t.is_numeric_category or arg_t.kind.name == "INTERVAL")
+            ):
+                raise unsupported(a, f"{kind} of a {arg_t} value")
+            out.append(
+                Field(
+                    None,
+                    f"__agg{i}",
+                    aggregate_type(kind, arg_t),
+                    kind not in ("count", "count_star", "count_distinct"),
+                )
+            )
+        node = lp.Aggregate(plan, tuple(group_exprs), tuple(agg_list), tuple(out))
+        group_map = {g.sql(): f for g, f in zip(group_exprs, out, strict=False)}
+        agg_map = {a.sql(): f for a, f in zip(agg_list, out[len(group_exprs) :], strict=True)}
+
+        def rewrite(e: exp.Expression) -> exp.Expression:
+            def fix(n):
+                key = n.sql()
+                if key in agg_map:
+                    return agg_map[key].ref()
+                if key in group_map and not isinstance(n, exp.Literal):
+                    return group_map[key].ref()
+                return n
+
+            new = e.copy().transform(fix)
+            allowed = {(f.qualifier, f.name) for f in out}
+            for c in new.find_all(exp.Column):
+                if (c.table or None, c.name) not in allowed:
+                    raise unsupported(
+                        c,
+                        f"column {c.sql()} must appear in GROUP BY or be used in an aggregate function",
+                    )
+            return new
+
+        return node, rewrite
+
+    # -- windows --------------------------------------------------------------------------------
+    def windows(self, plan: LogicalPlan, windows: list[exp.Window]):
+        by_spec: dict[tuple, list[exp.Window]] = {}
+        for w in windows:
+            by_spec.setdefault(window_call(w).spec, []).append(w)
+        mapping: dict[str, Field] = {}
+        n = 0
+        for group in by_spec.values():
+            first = window_call(group[0])
+            funcs, out = [], []
+            for w in group:
+                if w.sql() in mapping:
+                    continue
+                call = window_call(w)
+                arg_t = self.types_of([call.arg], plan.fields)[0] if call.arg is not None else None
+                self.types_of(
+                    list(call.partition_by) + [k.expr for k in call.order_by], plan.fields
+                )
+                t = aggregate_type(call.kind, arg_t)
+                f = Field(None, f"__w{n}", t)
+                n += 1
+                funcs.append(w)
+                out.append(f)
+                mapping[w.sql()] = f
+            if funcs:
+                plan = lp.Window(plan, first.partition_by, first.order_by, tuple(funcs), tuple(out))
+
+        def rewrite(e: exp.Expression) -> exp.Expression:
+            return e.copy().transform(
+                lambda x: (
+                    mapping[x.sql()].ref()
+                    if isinstance(x, exp.Window) and x.sql() in mapping
+                    else x
+                )
+            )
+
+        return plan, rewrite
+
+    # -- DISTINCT ON / ORDER BY / LIMIT ---------------------------------------------------------
+    def _distinct_on(self, sel, plan, exprs, names, distinct) -> LogicalPlan:
+        on = [self._qualify_free(e, plan.fields) for e in distinct.args["on"].expressions]
+        order = tuple(
+            SortKey(self._qualify_free(k.expr, plan.fields), k.descending, k.nulls_first)
+            for k in sort_keys(sel.args.get("order"))
+        )
+        if sel.args.get("limit") is not None:
+            raise unsupported(sel.args["limit"], "DISTINCT ON with LIMIT is not supported")
+        order = tuple(k for k in order if k.expr.sql() not in {e.sql() for e in on})
+        top = lp.TopK(plan, tuple(on), order, 1)
+        return self._project(top, exprs, names)
+
+    def _order_limit(self, node, plan: LogicalPlan, out_fields, pre) -> LogicalPlan:
+        order = node.args.get("order")
+        limit = node.args.get("limit")
+        offset = node.args.get("offset")
+        if limit is None and offset is None:
+            return plan  # ORDER BY alone does not change a table's content
+        if order is None:
+            raise unsupported(
+                limit or offset,
+                "LIMIT/OFFSET without ORDER BY picks arbitrary rows",
+                "Add an ORDER BY",
+            )
+        n = self._constant_int(limit.expression if limit is not None else None, "LIMIT")
+        k = self._constant_int(offset.expression if offset is not None else None, "OFFSET") or 0
+        keys = sort_keys(order)
+        names = {f.name for f in out_fields}
+        if all(
+            isinstance(key.expr, exp.Column) and not key.expr.table and key.expr.name in names
+            for key in keys
+        ):
+            return lp.TopK(
+                plan,
+                (),
+                tuple(
+                    SortKey(lp.column(key.expr.name), key.descending, key.nulls_first)
+                    for key in keys
+                ),
+                n,
+                k,
+            )
+        if pre is None:
+            raise unsupported(order, "ORDER BY must name output columns here")
+        inner, exprs, onames, _ = pre
+        alias_map = {nm: e for nm, e in zip(onames, exprs, strict=True)}
+
+        def fix(x):
+            if isinstance(x, exp.Column) and not x.table and x.name in alias_map:
+                return alias_map[x.name].copy()
+            return x
+
+        keys = tuple(
+            SortKey(key.expr.copy().transform(fix), key.descending, key.nulls_first) for key in keys
+        )
+        self.types_of([key.expr for key in keys], inner.fields)
+        return self._project(lp.TopK(inner, (), keys, n, k), exprs, onames)
+
+    @staticmethod
+    def _qualify_free(e: exp.Expression, fields: tuple[Field, ...]) -> exp.Expression:
+        """Qualify bare column names that name exactly one of ``fields`` (qualify skips some spots)."""
+
+        def fix(n):
+            if isinstance(n, exp.Column) and not n.table:
+                matches = [f for f in fields if f.name == n.name]
+                if len(matches) == 1:
+                    return matches[0].ref()
+            return n
+
+        return e.copy().transform(fix)
+
+    @staticmethod
+    def _constant_int(e: exp.Expression | None, what: str) -> int | None:
+        if e is None:
+            return None
+        if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+            return int(e.this)
+        if isinstance(e, exp.Null):
+            return None
+        raise unsupported(e, f"{what} must be an integer constant")
+
+    # -- types ----------------------------------------------------------------------------------
+    def types_of(self, exprs: list[exp.Expression], fields: tuple[Field, ...]) -> list[SqlType]:
+        """Postgres types of ``exprs`` over ``fields`` (raises UnsupportedSQL for what cannot compile)."""
+        if not exprs:
+            return []
+        from engine.sql.expression_compiler import ColumnRef, compile_expressions
+
+        cols = [ColumnRef(f.name, f.qualifier, f.type, f.nullable) for f in fields]
+        return list(compile_expressions(list(exprs), cols).types)

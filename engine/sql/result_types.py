@@ -1,0 +1,41 @@
+"""Postgres result types of aggregate and window functions, given their argument types.
+
+count -> bigint; sum(smallint|integer) -> bigint, sum(bigint|numeric) -> numeric,
+sum(real|double) -> double; avg(integers|numeric) -> numeric, avg(floats) -> double;
+min/max/lag/lead -> the argument's type; bool_and/bool_or -> boolean; string_agg -> text;
+row_number/rank/dense_rank -> bigint. This module must not look at anything but types.
+"""
+
+from __future__ import annotations
+
+from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, NUMERIC, TEXT, SqlType, TypeKind
+
+_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
+
+
+def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
+    if kind in ("count", "count_star", "count_distinct", "row_number", "rank", "dense_rank"):
+        return BIGINT
+    if kind in ("bool_and", "bool_or"):
+        return BOOLEAN
+    if kind == "string_agg":
+        return TEXT
+    if arg is None:
+        raise ValueError(f"{kind} needs an argument type")
+    if kind == "sum":
+        if arg.kind in _INTS:
+            return BIGINT
+        if arg.kind in (TypeKind.BIGINT, TypeKind.NUMERIC):
+            return NUMERIC
+        if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
+            return DOUBLE
+        if arg.kind is TypeKind.INTERVAL:
+            return arg
+    if kind == "avg":
+        if arg.kind in (*_INTS, TypeKind.BIGINT, TypeKind.NUMERIC):
+            return NUMERIC
+        if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
+            return DOUBLE
+    if kind in ("min", "max", "lag", "lead"):
+        return arg.unconstrained() if arg.kind is TypeKind.NUMERIC else arg
+    raise ValueError(f"{kind} is not defined for {arg}")

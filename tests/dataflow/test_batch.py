@@ -1,0 +1,51 @@
+"""Z-set batch algebra and Arrow round trips."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from engine.dataflow.batch import DiffBatch
+
+
+def test_consolidate_sums_weights_and_drops_zeros():
+    b = DiffBatch([(1, "a"), (2, None), (1, "a"), (2, None), (3, "c")], [1, 1, 2, -1, -1])
+    assert b.consolidate().counts() == {(1, "a"): 3, (3, "c"): -1}
+    assert sorted(b.consolidate().rows) == [(1, "a"), (3, "c")]
+
+
+def test_consolidate_treats_sql_equal_values_as_one_row():
+    b = DiffBatch([(Decimal("1.0"),), (Decimal("1.00"),), (None,), (None,)], [1, -1, 1, -1])
+    assert not b.consolidate()
+
+
+def test_negate_and_concat_cancel():
+    b = DiffBatch.inserts([(1,), (2,), (2,)])
+    assert not DiffBatch.concat([b, b.negate()]).consolidate()
+
+
+def test_filter_mask_keeps_only_true():
+    b = DiffBatch.inserts([(1,), (2,), (3,)])
+    assert b.filter_mask([True, None, False]).rows == [(1,)]
+
+
+def test_expand_refuses_negative_multiplicity():
+    assert sorted(DiffBatch([(1,), (2,)], [2, 1]).expand()) == [(1,), (1,), (2,)]
+    with pytest.raises(ValueError, match="negative multiplicity"):
+        DiffBatch([(1,)], [-1]).expand()
+
+
+def test_arrow_round_trip_keeps_rows_and_weights():
+    b = DiffBatch([(1, "x", None), (2, None, 1.5)], [1, -3])
+    table = b.to_arrow(["a", "b", "c"])
+    assert table.schema.names == ["a", "b", "c", "__weight"]
+    assert table.column("__weight").type == pa.int64()
+    back = DiffBatch.from_arrow(table)
+    assert back.rows == b.rows and back.weights == b.weights
+
+
+def test_from_arrow_without_weight_column_names_the_problem():
+    with pytest.raises(ValueError, match="no weight column"):
+        DiffBatch.from_arrow(pa.table({"a": [1]}))

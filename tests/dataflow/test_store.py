@@ -1,0 +1,76 @@
+"""The state store's commit protocol: staged writes, atomic commit, rollback, reopen, lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.dataflow.state.store import StateStore, prefix_successor
+from engine.errors import StateError
+
+
+def test_writes_are_invisible_until_commit_and_rollback_discards(state_dir):
+    with StateStore(state_dir) as store:
+        t = store.table("t")
+        t.put(b"k", b"v")
+        assert t.get(b"k") is None
+        store.commit(1)
+        assert t.get(b"k") == b"v" and store.committed_time == 1
+        t.delete(b"k")
+        store.rollback()
+        store.commit(2)
+        assert t.get(b"k") == b"v"
+
+
+def test_state_and_time_survive_reopen(state_dir):
+    with StateStore(state_dir) as store:
+        store.table("a").put(b"x", b"1")
+        store.table("b").put(b"y", b"2")
+        store.commit(7)
+    with StateStore(state_dir) as store:
+        assert store.committed_time == 7
+        assert store.table("a").get(b"x") == b"1"
+        assert store.table("b").get_many([b"y", b"z"]) == [b"2", None]
+
+
+def test_uncommitted_writes_are_lost_on_reopen(state_dir):
+    store = StateStore(state_dir)
+    store.table("a").put(b"x", b"1")
+    store.close()
+    with StateStore(state_dir) as store:
+        assert store.table("a").get(b"x") is None and store.committed_time is None
+
+
+def test_prefix_scans_forward_backward_and_delete_prefix(state_dir):
+    with StateStore(state_dir) as store:
+        t = store.table("t")
+        for k in [b"a\x01", b"a\x02", b"a\xff", b"b\x00", b"a"]:
+            t.put(k, k)
+        store.commit(1)
+        assert [k for k, _ in t.scan_prefix(b"a")] == [b"a", b"a\x01", b"a\x02", b"a\xff"]
+        assert [k for k, _ in t.scan_prefix(b"a", reverse=True)] == [
+            b"a\xff",
+            b"a\x02",
+            b"a\x01",
+            b"a",
+        ]
+        t.delete_prefix(b"a")
+        store.commit(2)
+        assert [k for k, _ in t.scan_all()] == [b"b\x00"]
+
+
+def test_prefix_successor():
+    assert prefix_successor(b"ab") == b"ac"
+    assert prefix_successor(b"a\xff") == b"b"
+    assert prefix_successor(b"\xff\xff") is None
+
+
+def test_time_cannot_go_back(state_dir):
+    with StateStore(state_dir) as store:
+        store.commit(5)
+        with pytest.raises(StateError, match="after time 5"):
+            store.commit(4)
+
+
+def test_second_opener_gets_a_clear_error(state_dir):
+    with StateStore(state_dir), pytest.raises(StateError, match="another incview process"):
+        StateStore(state_dir)
