@@ -73,6 +73,7 @@ class Dataflow:
         self._last_time: int | None = store.committed_time if store is not None else None
         self._uncommitted: int | None = None
         self._built = False
+        self._explain_only = False
 
     # -- building -------------------------------------------------------------------------------
     def input(self, source: str) -> Node:
@@ -108,9 +109,12 @@ class Dataflow:
             node.frontier = [None] * len(node.inputs)
             for port, up in enumerate(node.inputs):
                 up.consumers.append((node, port))
+        self._explain_only = self.store is None and any(n.collection.stateful for n in order)
         for i, node in enumerate(order):
             if node.collection.stateful:
                 node.collection.name = f"{i:03d}_{type(node.collection).__name__}"
+                if self._explain_only:
+                    continue  # no state store: a graph to print, not to run
             node.collection.open(self.store)
         self._sink.open(self.store)
         self._output = sink
@@ -171,6 +175,7 @@ class Dataflow:
     # -- driving --------------------------------------------------------------------------------
     def push(self, source: str, batch: DiffBatch) -> None:
         """Diffs of source ``source`` for the time in progress."""
+        self._check_runnable()
         if source not in self._inputs:
             raise KeyError(f"the dataflow has no input {source!r}: {sorted(self._inputs)}")
         if self._uncommitted is not None:
@@ -180,8 +185,7 @@ class Dataflow:
 
     def time_end(self, time: int) -> TimeOutput:
         """Close ``time`` on every input; returns the consolidated output and errs of that time."""
-        if not self._built:
-            raise RuntimeError("build() the dataflow first")
+        self._check_runnable()
         if self._last_time is not None and time <= self._last_time:
             raise ValueError(f"time {time} is not after the last closed time {self._last_time}")
         if self._uncommitted is not None:
@@ -195,6 +199,14 @@ class Dataflow:
         out = self._sink_output
         errs = self._apply_errs()
         return TimeOutput(time, out, errs)
+
+    def _check_runnable(self) -> None:
+        if not self._built:
+            raise RuntimeError("build() the dataflow first")
+        if self._explain_only:
+            raise RuntimeError(
+                "this dataflow has stateful collections but no StateStore: explain only"
+            )
 
     def commit(self, time: int) -> None:
         """The sink has durably written ``time``: make the state of ``time`` durable."""

@@ -1,0 +1,58 @@
+"""The planner's entry points: SQL -> logical plan -> optimized plan -> dataflow, and EXPLAIN.
+
+``plan_view(sql, catalog)`` parses, checks and builds the logical plan and optimizes it with
+the rewrite rules; ``build_dataflow(view_plan, store)`` plans the collections and opens their
+state; ``explain(sql, catalog)`` prints all three plans. This module only sequences the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.dataflow.state.store import StateStore
+from engine.sql.catalog import Catalog, SourceTable
+from engine.sql.logical_plan import LogicalPlan, format_plan
+from engine.sql.physical_planner import PhysicalPlan, plan_physical
+from engine.sql.plan_builder import build_plan
+from engine.sql.rules import optimize
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    sql: str
+    logical: LogicalPlan
+    optimized: LogicalPlan
+    output_names: tuple[str, ...]
+    sources: tuple[SourceTable, ...]
+
+    @property
+    def output_types(self):
+        return tuple(f.type for f in self.optimized.fields)
+
+
+def plan_view(sql: str, catalog: Catalog) -> ViewPlan:
+    """Plan ``sql``; raises ``engine.UnsupportedSQL`` for what cannot be maintained."""
+    built = build_plan(sql, catalog)
+    return ViewPlan(sql, built.plan, optimize(built.plan), built.output_names, built.sources)
+
+
+def build_dataflow(view: ViewPlan, store: StateStore | None) -> PhysicalPlan:
+    return plan_physical(view.optimized, store)
+
+
+def explain(sql: str, catalog: Catalog) -> str:
+    """The unoptimized logical plan, the optimized one and the physical dataflow."""
+    view = plan_view(sql, catalog)
+    physical = plan_physical(view.optimized, None)
+    return "\n".join(
+        [
+            "== Logical plan ==",
+            format_plan(view.logical),
+            "",
+            "== Optimized logical plan ==",
+            format_plan(view.optimized),
+            "",
+            "== Physical plan (dataflow) ==",
+            physical.explain(),
+        ]
+    )
