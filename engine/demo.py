@@ -121,7 +121,7 @@ def run_demo(seconds: float = 15.0, seed: int = 1, report_every: float = 3.0) ->
                 apply_ms[name] = (time.perf_counter() - start) * 1000
 
         seed_orders = []
-        for _ in range(2000):
+        for _ in range(300):
             seed_orders.append(
                 (next_order, rng.randrange(250), Decimal(rng.randrange(100, 100000)) / 100, "new")
             )

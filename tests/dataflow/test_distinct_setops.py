@@ -54,7 +54,7 @@ def test_distinct_matches_recompute(state_dir, seed):
     def build(df, ins):
         return df.add(DistinctCollection(), ins[0])
 
-    assert oracle(state_dir, seed, build, ref_distinct, 1, 300) > 1200
+    assert oracle(state_dir, seed, build, ref_distinct, 1, 400) > 1600
 
 
 def test_distinct_keeps_its_representative_and_treats_nulls_as_equal(state_dir):

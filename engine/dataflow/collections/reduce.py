@@ -96,7 +96,7 @@ class ReduceCollection(StatefulCollection):
     # -- layout --------------------------------------------------------------------------------
     def _slot_prefix(self, slot: int, group: bytes) -> bytes:
         """Prefix of a group's entries in a multiset slot; prefix-free across groups and slots."""
-        return self._slot_heads[slot] + group
+        return self._slot_heads[slot] + len(group).to_bytes(4, "big") + group
 
     @staticmethod
     def _initial(kind: str) -> Any:
@@ -165,7 +165,7 @@ class ReduceCollection(StatefulCollection):
         # values of min/max/string_agg that changed: ai -> {group: value}; others are as last output
         new_values: dict[int, dict[int, Any]] = {}
         if self._slots:
-            gprefix = [k[:-1] for k in keys]
+            gprefix = [len(k).to_bytes(4, "big") + k for k in keys]
         for slot, spec in enumerate(self._slots):
             ais = [ai for ai in range(nagg) if self._agg_slot[ai] == slot]
             G, V, W = inputs.values(spec[1], spec[2])
