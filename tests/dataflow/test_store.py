@@ -74,3 +74,18 @@ def test_time_cannot_go_back(state_dir):
 def test_second_opener_gets_a_clear_error(state_dir):
     with StateStore(state_dir), pytest.raises(StateError, match="another incview process"):
         StateStore(state_dir)
+
+
+def test_column_family_tuning_survives_reopen(state_dir):
+    from engine.dataflow.state.store import _TUNING_KEY
+
+    with StateStore(state_dir) as store:
+        store.table("points", "point").put(b"k", b"v")
+        store.table("ranges", "prefix")
+        store.commit(1)
+    probe = StateStore.__new__(StateStore)
+    probe.path = state_dir
+    assert probe._read_tunings() == {"points": "point", "ranges": "prefix"}
+    with StateStore(state_dir) as store:
+        assert store.table("points", "point").get(b"k") == b"v"
+        assert store._db.get(_TUNING_KEY + b"points") == b"point"

@@ -36,6 +36,7 @@ from engine.errors import StateError
 Tuning = Literal["point", "prefix"]
 
 _TIME_KEY = b"incview:committed_time"
+_TUNING_KEY = b"incview:tuning:"  # + column family name -> its tuning, to reopen it alike
 _FORMAT_KEY = b"incview:format"
 _FORMAT = b"1"
 _META_CF = "default"
@@ -76,7 +77,12 @@ class StateStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(cache_bytes)
         existing = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
-        cfs = {name: _options(self._cache, "prefix") for name in existing if name != _META_CF}
+        tunings = self._read_tunings() if existing else {}
+        cfs = {
+            name: _options(self._cache, tunings.get(name, "prefix"))  # type: ignore[arg-type]
+            for name in existing
+            if name != _META_CF
+        }
         try:
             self._db = Rdict(
                 str(self.path),
@@ -102,6 +108,21 @@ class StateStore:
         self._staged = 0
         self._closed = False
 
+    def _read_tunings(self) -> dict[str, str]:
+        """Each column family's tuning, read from the default column family before opening."""
+        db = Rdict(str(self.path), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            out = {}
+            it = db.iter()
+            it.seek(_TUNING_KEY)
+            while it.valid() and it.key().startswith(_TUNING_KEY):
+                out[it.key()[len(_TUNING_KEY) :].decode()] = it.value().decode()
+                it.next()
+            del it
+            return out
+        finally:
+            db.close()
+
     # -- tables ---------------------------------------------------------------------------------
     def table(self, name: str, tuning: Tuning = "prefix") -> StateTable:
         """The column family ``name`` (created on first use), with staged writes."""
@@ -113,6 +134,7 @@ class StateStore:
             cf = self._db.get_column_family(name)
         except Exception:
             cf = self._db.create_column_family(name, _options(self._cache, tuning))
+            self._db.put(_TUNING_KEY + name.encode(), tuning.encode())
         handle = self._db.get_column_family_handle(name)
         t = StateTable(self, name, cf, handle)
         self._tables[name] = t
