@@ -1,0 +1,629 @@
+"""Change data capture from PostgreSQL: a pgoutput logical slot read as whole transactions of diffs.
+
+``CdcReader`` owns one publication and one logical replication slot. ``ensure(tables)`` checks
+``wal_level`` and each table's REPLICA IDENTITY FULL, creates or extends the publication and
+creates the slot. ``poll()`` peeks the slot (``pg_logical_slot_peek_binary_changes``; psycopg 3
+has no streaming replication API), decodes the pgoutput messages and returns whole
+``Transaction`` objects whose changes are ``DiffBatch`` Z-sets per table (INSERT +new, DELETE
+-old, UPDATE -old +new). Peeking does not consume: the slot only moves when the consumer calls
+``advance(tx.end_lsn)`` after its sink committed that transaction, so a crash replays from the
+last committed LSN. ``exported_snapshot()``, ``current_snapshot()`` and ``visible_in_snapshot()``
+give population a snapshot consistent with the slot. This module must not apply changes, keep
+view state or commit anything in the source database besides the slot and the publication.
+
+Observed on PostgreSQL 15 (tests/postgres/test_cdc.py): ``upto_nchanges`` is checked only after
+a whole WAL record is decoded, and a transaction's changes are all emitted when its commit record
+is decoded, so a peek never ends inside a transaction; it overshoots the limit by the rest of the
+transaction that crosses it (a 50k-row transaction comes whole with a limit of 1). ``poll`` still
+drops an incomplete tail (and peeks further when that leaves nothing), so it never returns a
+partial transaction. Peek reads WAL only up to the flushed position: with
+``synchronous_commit = off`` a commit becomes visible to ``poll`` only after the WAL writer
+flushes it (up to ~3 x ``wal_writer_delay``); ``flush_wal()`` forces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+import psycopg
+from psycopg import sql
+
+from engine.dataflow.batch import DiffBatch
+from engine.errors import ViewError
+from engine.postgres.pgoutput import (
+    Begin,
+    Commit,
+    PgOutputDecoder,
+    Relation,
+    Truncate,
+    display_name,
+    format_lsn,
+    parse_lsn,
+    quote_ident,
+    replica_identity_fix,
+)
+
+# Session settings the text-format value parsers rely on (engine.postgres.values).
+SESSION_SETTINGS = {
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+    "extra_float_digits": "1",
+    "bytea_output": "hex",
+    "synchronous_commit": "on",  # flush_wal() relies on our own commits being flushed
+}
+
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+def check_wal_level(setting: str) -> None:
+    """Raise ``ViewError`` unless ``wal_level`` (the value of ``SHOW wal_level``) is logical."""
+    if setting != "logical":
+        raise ViewError(
+            f"PostgreSQL runs with wal_level = {setting}, but incview reads changes through "
+            "logical decoding, which needs wal_level = logical. Run "
+            "ALTER SYSTEM SET wal_level = logical; as a superuser and restart the PostgreSQL "
+            "server (the setting only takes effect at server start)."
+        )
+
+
+def check_replica_identity(schema: str, table: str, relreplident: str) -> None:
+    """Raise ``ViewError`` unless the table's REPLICA IDENTITY is FULL (``pg_class.relreplident = 'f'``)."""
+    if relreplident != "f":
+        name = display_name(schema, table)
+        current = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(
+            relreplident, relreplident
+        )
+        raise ViewError(
+            f"table {name} has REPLICA IDENTITY {current}; incview needs the old values of "
+            "updated and deleted rows to retract them, which Postgres only logs with REPLICA "
+            f"IDENTITY FULL. Run: {replica_identity_fix(schema, table)}"
+        )
+
+
+def _split_table(table: str | tuple[str, str]) -> tuple[str, str]:
+    if isinstance(table, tuple):
+        return table
+    schema, dot, name = table.partition(".")
+    return (schema, name) if dot else ("public", schema)
+
+
+# -- transactions ------------------------------------------------------------------------------
+
+
+@dataclass
+class Transaction:
+    """One committed source transaction as diffs per table ("schema.table", unquoted).
+
+    ``truncated`` names the tables the transaction TRUNCATEd: a consumer first retracts the
+    table's whole content as of *before* this transaction, then applies ``changes[table]``, which
+    holds only the diffs made after the transaction's last TRUNCATE of that table (the earlier
+    ones were wiped by it). ``relations[table]`` is the table's shape at the end of the
+    transaction; every row of ``changes[table]`` follows its columns (rows written before a
+    schema change inside the same transaction are re-shaped by column name, added columns None).
+    """
+
+    xid: int  # 32-bit, as pgoutput sends it (widen with visible_in_snapshot's rule)
+    commit_lsn: int
+    end_lsn: int  # pass this to CdcReader.advance() once the transaction is applied
+    commit_ts: datetime
+    changes: dict[str, DiffBatch] = field(default_factory=dict)
+    truncated: set[str] = field(default_factory=set)
+    relations: dict[str, Relation] = field(default_factory=dict)
+
+    @property
+    def change_count(self) -> int:
+        return sum(len(b) for b in self.changes.values())
+
+
+class _TableChanges:
+    __slots__ = ("rel", "rows", "weights", "truncated")
+
+    def __init__(self, rel: Relation) -> None:
+        self.rel = rel
+        self.rows: list[tuple] = []
+        self.weights: list[int] = []
+        self.truncated = False
+
+    def reshape(self, new_rel: Relation) -> None:
+        """Re-shape the rows gathered so far to ``new_rel``'s columns (by name)."""
+        old_names = self.rel.column_names
+        index = {n: i for i, n in enumerate(old_names)}
+        picks = [index.get(c.name) for c in new_rel.columns]
+        self.rows = [tuple(None if i is None else r[i] for i in picks) for r in self.rows]
+        self.rel = new_rel
+
+
+def _missing_old_row(rel: Relation, what: str) -> ViewError:
+    ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}.get(
+        rel.replica_identity, rel.replica_identity
+    )
+    return ViewError(
+        f"{what} of table {rel.qualified_name} arrived without the full old row (replica "
+        f"identity {ident}); incview needs the old values to retract them. Run "
+        f"{replica_identity_fix(rel.schema, rel.table)}"
+    )
+
+
+# -- snapshots ---------------------------------------------------------------------------------
+
+
+class PgSnapshot(NamedTuple):
+    """``pg_current_snapshot()``: 64-bit xids (epoch-qualified)."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+
+@dataclass(frozen=True)
+class ExportedSnapshot:
+    """What ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')`` returned.
+
+    ``name`` goes to ``SET TRANSACTION SNAPSHOT``; the slot's changes start exactly after the
+    snapshot (at ``consistent_lsn``), so no xid filtering is needed on this path.
+    """
+
+    name: str
+    slot: str
+    consistent_lsn: int
+
+
+def parse_snapshot(text: str) -> PgSnapshot:
+    """``'726:730:726,728'`` -> ``PgSnapshot(726, 730, frozenset({726, 728}))``."""
+    xmin, xmax, xip = text.split(":")
+    return PgSnapshot(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+
+def current_snapshot(conn: psycopg.Connection) -> PgSnapshot:
+    """The snapshot of ``conn``'s current transaction (call it inside the REPEATABLE READ
+    transaction that reads the population data, after ``SET TRANSACTION SNAPSHOT`` if any)."""
+    row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+    assert row is not None
+    return parse_snapshot(row[0])
+
+
+def widen_xid(xid: int, reference: int) -> int:
+    """A 32-bit xid as the 64-bit xid nearest to ``reference`` (a 64-bit xid, e.g. xmax).
+
+    >>> widen_xid(5, (3 << 32) + 10)
+    12884901893
+    >>> widen_xid(0xFFFFFFF0, (3 << 32) + 10) == (2 << 32) + 0xFFFFFFF0
+    True
+    """
+    if xid >= 1 << 32:
+        return xid
+    delta = (xid - reference) & 0xFFFFFFFF
+    if delta >= 1 << 31:
+        delta -= 1 << 32
+    return reference + delta
+
+
+def visible_in_snapshot(xid: int, snapshot: PgSnapshot) -> bool:
+    """Whether transaction ``xid`` (committed) is visible in ``snapshot``: xid < xmin, or
+    xid < xmax and not in xip. 32-bit xids (pgoutput's) are widened with xmax's epoch."""
+    full = widen_xid(xid, snapshot.xmax)
+    if full < snapshot.xmin:
+        return True
+    return full < snapshot.xmax and full not in snapshot.xip
+
+
+# -- the reader --------------------------------------------------------------------------------
+
+
+class CdcReader:
+    """A logical slot + publication read as whole transactions.
+
+    Example::
+
+        reader = CdcReader(dsn, slot="incview_slot", publication="incview_pub")
+        reader.ensure(["public.orders"])
+        for tx in reader.poll():
+            apply(tx)                  # the consumer's sink commits tx.end_lsn ...
+            reader.advance(tx.end_lsn)  # ... and only then the slot moves
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        slot: str,
+        publication: str,
+        *,
+        after_lsn: int | str = 0,
+    ) -> None:
+        if not _SLOT_NAME.match(slot):
+            raise ViewError(
+                f"replication slot name {slot!r} is invalid: use 1-63 lower-case letters, "
+                "digits and underscores"
+            )
+        self.conninfo = conninfo
+        self.slot = slot
+        self.publication = publication
+        self.decoder = PgOutputDecoder()
+        # End LSN of the last transaction returned by poll(): later polls skip up to it.
+        self.last_lsn = parse_lsn(after_lsn) if isinstance(after_lsn, str) else after_lsn
+        self._conn: psycopg.Connection | None = None
+
+    # -- connection -----------------------------------------------------------------------
+    def connection(self) -> psycopg.Connection:
+        """The reader's own autocommit session, with the settings the value parsers need."""
+        if self._conn is None or self._conn.closed:
+            conn = psycopg.connect(self.conninfo, autocommit=True)
+            for name, value in SESSION_SETTINGS.items():
+                conn.execute(
+                    sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value))
+                )
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> CdcReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- setup ----------------------------------------------------------------------------
+    def ensure(self, tables: Iterable[str | tuple[str, str]], *, create_slot: bool = True) -> None:
+        """Check the server and ``tables``, publish them (adding to an existing publication) and
+        create the slot if missing. ``create_slot=False`` leaves the slot to
+        ``exported_snapshot()`` (population with a new slot)."""
+        conn = self.connection()
+        row = conn.execute("SHOW wal_level").fetchone()
+        assert row is not None
+        check_wal_level(row[0])
+        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
+        self._ensure_publication(conn, wanted, replace=False)
+        if create_slot and not self.slot_exists():
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+
+    def set_tables(self, tables: Iterable[str | tuple[str, str]]) -> None:
+        """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
+        conn = self.connection()
+        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
+        self._ensure_publication(conn, wanted, replace=True)
+
+    def _check_table(self, conn: psycopg.Connection, schema: str, table: str) -> tuple[str, str]:
+        row = conn.execute(
+            "SELECT c.relkind::text, c.relreplident::text FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        ).fetchone()
+        name = display_name(schema, table)
+        if row is None:
+            raise ViewError(f"table {name} does not exist; create it before reading its changes")
+        relkind, replident = row
+        if relkind != "r":
+            kinds = {"v": "a view", "m": "a materialized view", "p": "a partitioned table"}
+            raise ViewError(
+                f"{name} is {kinds.get(relkind, f'a relation of kind {relkind!r}')}; incview "
+                "reads changes of plain tables only: define the view over the underlying tables"
+            )
+        check_replica_identity(schema, table, replident)
+        return (schema, table)
+
+    def _ensure_publication(
+        self, conn: psycopg.Connection, tables: Sequence[tuple[str, str]], *, replace: bool
+    ) -> None:
+        pub = sql.Identifier(self.publication)
+        table_list = sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
+        with conn.transaction():
+            info = conn.execute(
+                "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
+                "FROM pg_publication WHERE pubname = %s",
+                (self.publication,),
+            ).fetchone()
+            if info is None:
+                if tables:
+                    conn.execute(
+                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, table_list)
+                    )
+                else:
+                    conn.execute(sql.SQL("CREATE PUBLICATION {}").format(pub))
+                return
+            all_tables, all_actions = info
+            if not all_actions:
+                conn.execute(
+                    sql.SQL(
+                        "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')"
+                    ).format(pub)
+                )
+            if all_tables:
+                return
+            published = {
+                (s, t)
+                for s, t in conn.execute(
+                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables "
+                    "WHERE pubname = %s",
+                    (self.publication,),
+                ).fetchall()
+            }
+            if replace:
+                if published != set(tables):
+                    conn.execute(
+                        sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, table_list)
+                    )
+                return
+            missing = [t for t in dict.fromkeys(tables) if t not in published]
+            if missing:
+                conn.execute(
+                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                        pub, sql.SQL(", ").join(sql.Identifier(s, t) for s, t in missing)
+                    )
+                )
+
+    def published_tables(self) -> set[str]:
+        rows = (
+            self.connection()
+            .execute(
+                "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = %s",
+                (self.publication,),
+            )
+            .fetchall()
+        )
+        return {f"{s}.{t}" for s, t in rows}
+
+    def slot_exists(self) -> bool:
+        row = (
+            self.connection()
+            .execute(
+                "SELECT plugin::text, database::text = current_database() FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (self.slot,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return False
+        plugin, same_db = row
+        if plugin != "pgoutput" or not same_db:
+            raise ViewError(
+                f"replication slot {self.slot} exists but is not a pgoutput slot of this database "
+                f"(plugin {plugin}); choose another slot name or drop it with "
+                f"SELECT pg_drop_replication_slot('{self.slot}');"
+            )
+        return True
+
+    def confirmed_lsn(self) -> int:
+        """The slot's ``confirmed_flush_lsn`` (where the next peek starts)."""
+        row = (
+            self.connection()
+            .execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            raise self._no_slot()
+        return parse_lsn(row[0])
+
+    def _no_slot(self) -> ViewError:
+        return ViewError(
+            f"replication slot {self.slot} does not exist; call CdcReader.ensure(tables) (or "
+            "exported_snapshot()) to create it"
+        )
+
+    # -- reading --------------------------------------------------------------------------
+    def peek(self, limit: int | None) -> list[bytes]:
+        """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
+        a peek stops only between transactions, a little more)."""
+        conn = self.connection()
+        with conn.cursor(binary=True) as cur:
+            try:
+                cur.execute(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "'proto_version', '1', 'publication_names', %s)",
+                    (self.slot, limit, quote_ident(self.publication)),
+                )
+            except psycopg.errors.UndefinedObject as e:
+                if "replication slot" in str(e):
+                    raise self._no_slot() from e
+                raise ViewError(
+                    f"reading slot {self.slot}: {e}; the publication {self.publication} must "
+                    "exist before the slot's first change (call ensure() before creating the slot)"
+                ) from e
+            return [r[0] for r in cur.fetchall()]
+
+    def poll(self, max_changes: int = 10000) -> list[Transaction]:
+        """The committed transactions after the last one returned, whole, oldest first.
+
+        About ``max_changes`` pgoutput messages are read (a peek never ends inside a
+        transaction, so one big transaction comes whole however large). Peeking starts at the
+        slot's confirmed position every time; transactions already returned (end LSN <=
+        ``last_lsn``) are skipped without decoding their rows, and when the limit was spent on
+        them the peek is repeated with a larger limit. Call ``advance()`` to keep that cheap.
+        """
+        limit = max(int(max_changes), 1)
+        while True:
+            messages = self.peek(limit)
+            txs, skipped_messages = self._assemble(messages)
+            if txs or len(messages) < limit:
+                if txs:
+                    self.last_lsn = txs[-1].end_lsn
+                return txs
+            # The limit was spent on already-returned transactions (or an incomplete tail).
+            limit = max(limit * 2, skipped_messages + max_changes)
+
+    def _assemble(self, messages: list[bytes]) -> tuple[list[Transaction], int]:
+        """Group decoded messages into transactions after ``last_lsn``; drops an incomplete tail.
+        Returns the transactions and the number of messages of skipped (old) transactions."""
+        decoder = self.decoder
+        decode = decoder.decode
+        relations = decoder.relations
+        after = self.last_lsn
+        txs: list[Transaction] = []
+        skipped = 0
+        begin: Begin | None = None
+        skipping = False
+        tables: dict[int, _TableChanges] = {}
+        start = 0
+        for i, data in enumerate(messages):
+            kind = data[0]
+            if skipping:
+                if kind == 82 or kind == 89:  # R, Y: keep the relation cache current
+                    decode(data)
+                elif kind == 67:  # C
+                    skipping = False
+                    begin = None
+                    skipped += i - start + 1
+                continue
+            if kind == 73:  # I
+                ev = decode(data)
+                acc = tables.get(ev.oid)
+                if acc is None:
+                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
+                acc.rows.append(ev.new)
+                acc.weights.append(1)
+            elif kind == 85:  # U
+                ev = decode(data)
+                acc = tables.get(ev.oid)
+                if acc is None:
+                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
+                if ev.old is None or ev.old_is_key:
+                    raise _missing_old_row(acc.rel, "an UPDATE")
+                acc.rows += (ev.old, ev.new)
+                acc.weights += (-1, 1)
+            elif kind == 68:  # D
+                ev = decode(data)
+                acc = tables.get(ev.oid)
+                if acc is None:
+                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
+                if ev.old_is_key:
+                    raise _missing_old_row(acc.rel, "a DELETE")
+                acc.rows.append(ev.old)
+                acc.weights.append(-1)
+            elif kind == 66:  # B
+                begin = decode(data)
+                start = i
+                tables = {}
+                if begin.final_lsn < after:  # returned by an earlier poll
+                    skipping = True
+            elif kind == 67:  # C
+                commit = decode(data)
+                assert isinstance(commit, Commit) and begin is not None
+                txs.append(self._transaction(begin, commit, tables))
+                begin = None
+            elif kind == 82:  # R
+                rel = decode(data)
+                acc = tables.get(rel.oid)
+                if acc is not None and acc.rel is not rel:
+                    acc.reshape(rel)  # schema change inside the transaction
+            elif kind == 84:  # T
+                ev = decode(data)
+                assert isinstance(ev, Truncate)
+                for oid in ev.oids:
+                    acc = tables.get(oid)
+                    if acc is None:
+                        acc = tables[oid] = _TableChanges(relations[oid])
+                    acc.rows.clear()
+                    acc.weights.clear()
+                    acc.truncated = True
+            else:  # O (origin), Y (type), M (message): nothing to gather
+                decode(data)
+        return txs, skipped
+
+    @staticmethod
+    def _transaction(begin: Begin, commit: Commit, tables: dict[int, _TableChanges]) -> Transaction:
+        tx = Transaction(begin.xid, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
+        for acc in tables.values():
+            name = acc.rel.qualified_name
+            batch = tx.changes.get(name)
+            if batch is None:
+                tx.changes[name] = DiffBatch(acc.rows, acc.weights)
+            else:  # the same name under two oids (table dropped and re-created)
+                batch.rows.extend(acc.rows)
+                batch.weights.extend(acc.weights)
+            tx.relations[name] = acc.rel
+            if acc.truncated:
+                tx.truncated.add(name)
+        return tx
+
+    # -- moving the slot ------------------------------------------------------------------
+    def advance(self, lsn: int | str) -> int:
+        """Confirm everything up to ``lsn`` (a transaction's ``end_lsn``) so Postgres can recycle
+        its WAL; call it only after the sink committed that LSN. Never moves backwards. Returns
+        the slot's confirmed LSN afterwards."""
+        target = parse_lsn(lsn) if isinstance(lsn, str) else lsn
+        current = self.confirmed_lsn()
+        if target <= current:
+            return current
+        row = (
+            self.connection()
+            .execute(
+                "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
+                (self.slot, format_lsn(target)),
+            )
+            .fetchone()
+        )
+        assert row is not None
+        self.last_lsn = max(self.last_lsn, target)
+        return parse_lsn(row[0])
+
+    def flush_wal(self) -> int:
+        """Flush the WAL so every transaction committed before this call is visible to the
+        next ``poll()`` (peek reads only flushed WAL; with ``synchronous_commit = off`` commits
+        can sit unflushed for a while). Costs one xid. Returns the flushed LSN."""
+        conn = self.connection()
+        # A transaction that wrote WAL commits synchronously (flushing all WAL before it); a
+        # transactional logical message is the smallest such write, and pgoutput ignores it
+        # (no 'messages' option) and skips the then empty transaction.
+        conn.execute("SELECT pg_logical_emit_message(true, 'incview.flush', '')")
+        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        return parse_lsn(row[0])
+
+    def drop(self) -> None:
+        """Drop the slot and the publication (when no view needs them any more)."""
+        conn = self.connection()
+        if self.slot_exists():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        conn.execute(
+            sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication))
+        )
+
+    # -- snapshots for population ---------------------------------------------------------
+    @contextlib.contextmanager
+    def exported_snapshot(self) -> Iterator[ExportedSnapshot]:
+        """Create the slot on a replication connection with an exported snapshot and yield it
+        while that connection stays open (the snapshot lives as long as it does)::
+
+            with reader.exported_snapshot() as snap:
+                with psycopg.connect(dsn) as conn:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    conn.execute(f"SET TRANSACTION SNAPSHOT '{snap.name}'")
+                    ...  # COPY the population data; poll() then starts right after it
+
+        The slot must not exist yet; it stays after the block (drop() removes it).
+        """
+        if self.slot_exists():
+            raise ViewError(
+                f"replication slot {self.slot} already exists, and a snapshot can only be "
+                "exported when a slot is created: populate with current_snapshot() and "
+                "visible_in_snapshot() instead, or drop() the slot first"
+            )
+        rconn = psycopg.connect(self.conninfo, replication="database", autocommit=True)
+        try:
+            res = rconn.pgconn.exec_(
+                f"CREATE_REPLICATION_SLOT {self.slot} LOGICAL pgoutput (SNAPSHOT 'export')".encode()
+            )
+            if res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                msg = (res.error_message or b"").decode(errors="replace").strip()
+                raise ViewError(f"cannot create replication slot {self.slot}: {msg}")
+            fields = {res.fname(i): res.get_value(0, i) for i in range(res.nfields)}
+            yield ExportedSnapshot(
+                name=fields[b"snapshot_name"].decode(),
+                slot=self.slot,
+                consistent_lsn=parse_lsn(fields[b"consistent_point"].decode()),
+            )
+        finally:
+            rconn.close()
