@@ -54,17 +54,32 @@ def is_aggregate(node: exp.Expression) -> bool:
 
 
 def find_aggregates(e: exp.Expression) -> list[exp.Expression]:
-    """Aggregate calls in ``e`` (FILTER wrapper included), outside windows and subqueries."""
+    """Aggregate calls in ``e`` (FILTER wrapper included), outside subqueries; inside a window
+    only those in its arguments, PARTITION BY and ORDER BY (not the window function itself)."""
     found: list[exp.Expression] = []
 
     def visit(n: exp.Expression) -> None:
-        if isinstance(n, (exp.Window, exp.Subquery, exp.Select)):
+        if isinstance(n, exp.Window):
+            # the window function itself runs after grouping, but its arguments, PARTITION BY
+            # and ORDER BY may use aggregates: rank() OVER (ORDER BY sum(x))
+            for child in n.this.iter_expressions():
+                visit(child)
+            for p in n.args.get("partition_by") or ():
+                visit(p)
+            if n.args.get("order") is not None:
+                visit(n.args["order"])
+            return
+        if isinstance(n, (exp.Subquery, exp.Select)):
             return
         if is_aggregate(n):
             found.append(n)
             return
         if isinstance(n, exp.Anonymous) and n.name.lower() in _UNSUPPORTED_AGGS:
             raise unsupported(n, f"aggregate {n.name.lower()}: {_UNSUPPORTED_AGGS[n.name.lower()]}")
+        if isinstance(n, exp.AggFunc):  # a sqlglot aggregate class we do not maintain
+            name = n.sql_name().lower()
+            why = _UNSUPPORTED_AGGS.get(name, "it is not supported")
+            raise unsupported(n, f"aggregate {name}: {why}")
         for child in n.iter_expressions():
             visit(child)
 

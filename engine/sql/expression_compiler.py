@@ -578,6 +578,10 @@ class _Compiler:
         if t is None:
             names = " and ".join(str(e.type) for e in es)
             raise UnsupportedSQL(f"{what} types {names} cannot be matched {_where(node)}")
+        if any(e.type != t for e in es) and t != t.unconstrained():
+            # Postgres keeps a typmod (numeric(10,2), varchar(10)) only when every input has it;
+            # a NULL or other literal coerced to the type has none
+            t = SqlType(t.kind)
         return [self.coerce(e, t, node, free) for e in es], t
 
     # -- boolean logic -------------------------------------------------------------------------
@@ -1186,7 +1190,10 @@ class _Compiler:
 
     def c_Nullif(self, node: exp.Nullif) -> _E:
         a, b = self.compile(node.this), self.compile(node.expression)
+        first = a.type
         (a, b), t = self.unify([a, b], node, "NULLIF")
+        if first.kind is t.kind:
+            t = first  # the result is the first argument or NULL: its typmod survives
         n = self.tmp()
         code = f"(None if ({n} := {a.code}) == {b.code} else {n})"
         return _E(code, t, True, a.raises or b.raises)
@@ -1342,9 +1349,8 @@ class _Compiler:
 
 
 def _op_symbol(node: exp.Expression) -> str:
-    return {**{k: v for k, v in _COMPARISONS.items()}, **_PG_OPS}.get(
-        type(node), type(node).__name__
-    )
+    sql_names = {exp.EQ: "=", exp.NEQ: "<>"}  # _COMPARISONS holds the Python operators
+    return {**_COMPARISONS, **sql_names, **_PG_OPS}.get(type(node), type(node).__name__)
 
 
 def _may_raise(node: exp.Expression) -> bool:

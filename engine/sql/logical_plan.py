@@ -94,13 +94,15 @@ def _list(exprs) -> str:
 @dataclass(frozen=True)
 class Scan(LogicalPlan):
     """A source table. ``projection``: positions of the table's columns actually read (None: all);
-    ``filters``: predicates pushed into the population scan (in terms of the table's columns)."""
+    ``filters``: predicates pushed into the population scan (in terms of the table's columns);
+    ``row_estimate``: the catalog's row count when known (join ordering statistics)."""
 
     schema: str
     table: str
     table_fields: tuple[Field, ...]
     projection: tuple[int, ...] | None = None
     filters: tuple[exp.Expression, ...] = ()
+    row_estimate: int | None = None
 
     @property
     def fields(self) -> tuple[Field, ...]:  # type: ignore[override]

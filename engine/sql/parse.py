@@ -73,8 +73,27 @@ def unsupported(node: exp.Expression | None, what: str, hint: str | None = None)
 _QUERY_TYPES = (exp.Select, exp.Union, exp.Except, exp.Intersect)
 
 
+_NOT_AFTER_COMMA = {"FROM", "WHERE", "GROUP_BY", "HAVING", "ORDER_BY", "LIMIT", "R_PAREN"}
+
+
+def _check_trailing_commas(sql: str) -> None:
+    """sqlglot accepts ``SELECT a, FROM t``; Postgres does not."""
+    try:
+        tokens = DIALECT.tokenize(sql)
+    except TokenError:
+        return  # parse_query reports it
+    for tok, nxt in zip(tokens, tokens[1:], strict=False):
+        if tok.token_type.name == "COMMA" and nxt.token_type.name in _NOT_AFTER_COMMA:
+            col = max(1, nxt.col - len(nxt.text) + 1)
+            raise UnsupportedSQL(
+                f"syntax error at line {nxt.line}, column {col}: a comma followed by "
+                f"{nxt.text.upper()!r}; remove the trailing comma"
+            )
+
+
 def parse_query(sql: str) -> exp.Expression:
     """The single SELECT statement in ``sql``; raises ``UnsupportedSQL`` otherwise."""
+    _check_trailing_commas(sql)
     try:
         statements = sqlglot.parse(sql, dialect=DIALECT)
     except ParseError as e:

@@ -125,7 +125,7 @@ class _PhysicalPlanner:
     ):
         """Positions of ``exprs`` in the rows of ``up``, appending computed columns where needed.
 
-        Returns (node, positions, appended?)."""
+        Returns (node, positions, number of appended columns)."""
         positions: list[int] = []
         extra: list[exp.Expression] = []
         for e in exprs:
@@ -136,10 +136,10 @@ class _PhysicalPlanner:
             else:
                 positions.append(i)
         if not extra:
-            return up, positions, False
+            return up, positions, 0
         extra_fn = compile_expressions(extra, _refs(fields)).fn
         fn = lambda rows: [r + x for r, x in zip(rows, extra_fn(rows), strict=True)]  # noqa: E731
-        return self.df.add(MapCollection(fn, what), up), positions, True
+        return self.df.add(MapCollection(fn, what), up), positions, len(extra)
 
     # -- leaves ---------------------------------------------------------------------------------
     def p_Scan(self, plan: lp.Scan) -> Node:
@@ -196,8 +196,8 @@ class _PhysicalPlanner:
             )
         left, lpos, lext = self.with_columns(left, lf, lkeys, "join keys")
         right, rpos, rext = self.with_columns(right, rf, rkeys, "join keys")
-        lwidth = len(lf) + (len(lpos) if lext else 0)
-        rwidth = len(rf) + (len(rpos) if rext else 0)
+        lwidth = len(lf) + lext  # only keys that are not plain columns were appended
+        rwidth = len(rf) + rext
         # residual over the concatenated row (with helper columns, if any, at each side's end)
         residual = None
         if rest:
@@ -332,7 +332,10 @@ class _PhysicalPlanner:
             if c.default is not None:
                 if not isinstance(c.default, (exp.Literal, exp.Null, exp.Neg)):
                     raise unsupported(c.default, "lag/lead defaults must be constants")
-                default = compile_expressions([c.default], []).fn([()])[0][0]
+                # Postgres coerces the default to the argument's type: lead(amount, 1, 0) is numeric
+                arg_type = compile_expressions([c.arg], _refs(fields)).types[0]
+                typed = exp.Cast(this=c.default.copy(), to=exp.DataType.build(arg_type.sql()))
+                default = compile_expressions([typed], []).fn([()])[0][0]
             funcs.append(
                 WindowFunction(
                     c.kind, next(arg_pos) if c.arg is not None else None, c.offset, default

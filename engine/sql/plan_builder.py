@@ -13,6 +13,7 @@ This module must not optimize (rules/) or execute (physical planning).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -27,7 +28,7 @@ from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
 from engine.sql.parse import DIALECT, parse_query, unsupported
 from engine.sql.result_types import aggregate_type
-from engine.sql.types import SqlType
+from engine.sql.types import TEXT, SqlType, TypeKind, common_type
 
 NON_DETERMINISTIC = {
     "now": "now() changes with time",
@@ -88,10 +89,39 @@ def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
 def qualifiers(e: exp.Expression) -> set[str]:
     """The table qualifiers of the columns ``e`` references (not inside nested subqueries)."""
     out = set()
-    for c in e.find_all(exp.Column):
-        if c.table:
+    for c in e.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Select))):
+        if isinstance(c, exp.Column) and c.table:
             out.add(c.table)
     return out
+
+
+def _set_operation_type(lt: SqlType, rt: SqlType, node: exp.Expression) -> SqlType:
+    """Postgres' result type of a set operation's column: the common type, with the typmod only
+    when both sides have the same one; varchar wins over text when it comes first (both are
+    implicitly castable to each other, so Postgres keeps the first)."""
+    if lt == rt:
+        return lt if lt.kind is not TypeKind.UNKNOWN else TEXT
+    t = common_type([lt, rt])
+    if t is None:
+        raise unsupported(
+            node, f"{type(node).__name__.upper()} types {lt} and {rt} cannot be matched"
+        )
+    first = lt if lt.kind is not TypeKind.UNKNOWN else rt
+    if first.kind is TypeKind.VARCHAR and t.kind is TypeKind.TEXT:
+        return SqlType(TypeKind.VARCHAR)
+    return SqlType(t.kind)
+
+
+def _coerce_branch(plan: LogicalPlan, types: list[SqlType]) -> LogicalPlan:
+    """``plan`` with its columns cast to ``types`` where they differ (a set operation's branch)."""
+    if all(f.type == t for f, t in zip(plan.fields, types, strict=True)):
+        return plan
+    exprs = []
+    for f, t in zip(plan.fields, types, strict=True):
+        ref = f.ref()
+        exprs.append(ref if f.type == t else exp.Cast(this=ref, to=exp.DataType.build(t.sql())))
+    out = tuple(Field(None, f.name, t, f.nullable) for f, t in zip(plan.fields, types, strict=True))
+    return lp.Project(plan, tuple(exprs), out)
 
 
 class _Builder:
@@ -111,8 +141,7 @@ class _Builder:
         try:
             q = qualify(raw.copy(), schema=schema, dialect=DIALECT, validate_qualify_columns=True)
         except OptimizeError as e:
-            msg = str(e).replace("Line:", "at line").replace(", Col:", ", column")
-            raise UnsupportedSQL(f"{msg[0].lower()}{msg[1:]}") from None
+            raise self._resolution_error(str(e), raw) from None
         self._top_names = names
         plan = self.query(q, outer=None)
         names = tuple(f.name for f in plan.fields)
@@ -125,6 +154,27 @@ class _Builder:
                 )
             seen.add(n)
         return BuiltView(plan, names, tuple(self.sources.values()))
+
+    def _resolution_error(self, msg: str, raw: exp.Expression) -> UnsupportedSQL:
+        """sqlglot's qualify error as a message naming the column, its position and the fix."""
+        m = re.search(r"[Cc]olumn '([^']+)' could not be resolved|[Uu]nknown column: (\S+)", msg)
+        if m is None:
+            text = re.sub(r"\.?\s*Line: (\d+), Col: (\d+)", r" at line \1, column \2", msg)
+            return UnsupportedSQL(text[0].lower() + text[1:])
+        name = (m.group(1) or m.group(2)).strip(".")
+        node = next((c for c in raw.find_all(exp.Column) if c.name == name), None)
+        owners = [t.name for t in self.sources.values() if any(c.name == name for c in t.columns)]
+        if node is not None and not node.table and len(owners) > 1:
+            return unsupported(
+                node,
+                f"column reference {name!r} is ambiguous (tables {', '.join(sorted(owners))} "
+                "have it)",
+                "Qualify it with the table's name or alias",
+            )
+        where = f" of table {node.table}" if node is not None and node.table else ""
+        return unsupported(
+            node, f"unknown column {name!r}{where}", "Check the name against the table's columns"
+        )
 
     def _output_names(self, raw: exp.Expression) -> tuple[str, ...]:
         first = raw
@@ -222,6 +272,11 @@ class _Builder:
                 node,
                 f"each side of {type(node).__name__.upper()} must have the same number of columns",
             )
+        types = [
+            _set_operation_type(lf.type, rf.type, node)
+            for lf, rf in zip(left.fields, right.fields, strict=True)
+        ]
+        left, right = _coerce_branch(left, types), _coerce_branch(right, types)
         distinct = node.args.get("distinct", True)
         kind = {exp.Union: "union", exp.Except: "except", exp.Intersect: "intersect"}[type(node)]
         plan: LogicalPlan = lp.SetOperation(left, right, kind if distinct else f"{kind}_all")
@@ -254,7 +309,9 @@ class _Builder:
             plan, rewrite = self.aggregate(plan, group, aggs)
             exprs = [rewrite(e) for e in exprs]
             if having is not None:
-                plan = lp.Filter(plan, rewrite(having.this))
+                cond = rewrite(having.this)
+                self._check_boolean(cond, plan.fields, "HAVING")
+                plan = lp.Filter(plan, cond)
             if order is not None:
                 order = order.copy()
                 for o in order.expressions:
@@ -314,6 +371,8 @@ class _Builder:
                 raise unsupported(
                     join, "JOIN ... USING could not be resolved", "Write the join with ON"
                 )
+            if on is not None:
+                self._check_boolean(on, plan.fields + right.fields, "JOIN/ON")
             if side in ("left", "right", "full"):
                 if on is None:
                     raise unsupported(join, f"{side.upper()} JOIN needs an ON condition")
@@ -367,6 +426,7 @@ class _Builder:
                     )
         pred = and_all(plain)
         if pred is not None:
+            self._check_boolean(pred, plan.fields, "WHERE")
             plan = lp.Filter(plan, pred)
         for c in subquery_preds:
             plan = self._semi_anti(c, plan)
@@ -631,6 +691,8 @@ class _Builder:
 
         def rewrite(e: exp.Expression) -> exp.Expression:
             def fix(n):
+                if isinstance(n, (exp.Ordered, exp.Identifier)):
+                    return n  # "x NULLS FIRST" prints like "x": never replace the sort wrapper
                 key = n.sql()
                 if key in agg_map:
                     return agg_map[key].ref()
@@ -771,6 +833,14 @@ class _Builder:
         raise unsupported(e, f"{what} must be an integer constant")
 
     # -- types ----------------------------------------------------------------------------------
+    def _check_boolean(self, cond: exp.Expression, fields: tuple[Field, ...], clause: str) -> None:
+        """Type-check a condition now (Postgres rejects ``text = 1`` when the view is created)."""
+        if any(isinstance(n, (exp.Subquery, exp.Exists)) for n in cond.walk()):
+            return  # subqueries are planned (and checked) separately
+        (t,) = self.types_of([cond], fields)
+        if t.kind not in (TypeKind.BOOLEAN, TypeKind.UNKNOWN):
+            raise unsupported(cond, f"argument of {clause} must be type boolean, not type {t}")
+
     def types_of(self, exprs: list[exp.Expression], fields: tuple[Field, ...]) -> list[SqlType]:
         """Postgres types of ``exprs`` over ``fields`` (raises UnsupportedSQL for what cannot compile)."""
         if not exprs:

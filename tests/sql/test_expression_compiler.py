@@ -348,3 +348,23 @@ def test_pg_conn_fixture(pg_conn):
     assert pg_conn.execute(
         "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
     ).fetchone() == (True,)
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("case when a > 0 then n end", "numeric"),  # the implicit ELSE NULL has no typmod
+        ("case when a > 0 then n else n end", "numeric(12,3)"),
+        ("coalesce(n, 0)", "numeric"),
+        ("greatest(n, n)", "numeric(12,3)"),
+        ("nullif(n, 0)", "numeric(12,3)"),  # the first argument or NULL: its typmod survives
+    ],
+)
+def test_result_typmod_follows_postgres(sql, want):
+    (t,) = compile_expressions([parse_expression(sql)], REFS).types
+    assert t.sql() == want
+
+
+def test_comparison_type_error_names_the_sql_operator():
+    with pytest.raises(UnsupportedSQL, match="operator does not exist: text = integer"):
+        compile_predicate(parse_expression("s = 1"), REFS)

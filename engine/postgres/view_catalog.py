@@ -1,0 +1,163 @@
+"""The ``incview`` schema in the user's database: one row per view, migrated forward on open.
+
+``incview.views`` holds each view's name, SQL, result table, phase (populating | running | error
+| sink_error), creation time, last applied LSN, last error, heartbeat and last batch metrics.
+``incview.meta`` holds the schema version; ``ViewCatalog.open`` applies the migrations a database
+lacks, in order, each in its own transaction, so older databases move forward safely. The sink
+updates ``last_lsn`` in its own transaction (``record_applied``) so results and LSN commit
+together. This module must not plan or maintain views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+SCHEMA = "incview"
+
+# Each entry runs once, in order; never edit a released migration, append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    f"""
+    CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+    CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (key text PRIMARY KEY, value text NOT NULL);
+    CREATE TABLE IF NOT EXISTS {SCHEMA}.views (
+        name text PRIMARY KEY,
+        sql text NOT NULL,
+        result_schema text NOT NULL,
+        result_table text NOT NULL,
+        phase text NOT NULL CHECK (phase IN ('populating', 'running', 'error', 'sink_error')),
+        created timestamptz NOT NULL DEFAULT now(),
+        last_lsn pg_lsn,
+        last_error text
+    );
+    """,
+    f"""
+    ALTER TABLE {SCHEMA}.views
+        ADD COLUMN IF NOT EXISTS heartbeat timestamptz,
+        ADD COLUMN IF NOT EXISTS last_commit_time timestamptz,
+        ADD COLUMN IF NOT EXISTS last_batch_rows bigint,
+        ADD COLUMN IF NOT EXISTS last_batch_ms double precision;
+    """,
+)
+
+
+@dataclass(frozen=True)
+class ViewRecord:
+    name: str
+    sql: str
+    result_schema: str
+    result_table: str
+    phase: str
+    created: datetime
+    last_lsn: int | None
+    last_error: str | None
+    heartbeat: datetime | None
+    last_commit_time: datetime | None
+    last_batch_rows: int | None
+    last_batch_ms: float | None
+
+
+def lsn_to_int(lsn: str | None) -> int | None:
+    if lsn is None:
+        return None
+    hi, lo = str(lsn).split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def int_to_lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+_COLUMNS = (
+    "name, sql, result_schema, result_table, phase, created, last_lsn::text, last_error, "
+    "heartbeat, last_commit_time, last_batch_rows, last_batch_ms"
+)
+
+
+class ViewCatalog:
+    """Reads and writes ``incview.views`` over one autocommit connection."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    @classmethod
+    def open(cls, conn: psycopg.Connection) -> ViewCatalog:
+        """Create the schema on first use and apply missing migrations."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('incview.migrate'))")
+            exists = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{SCHEMA}.meta",)
+            ).fetchone()[0]
+            version = 0
+            if exists:
+                row = conn.execute(
+                    f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'"
+                ).fetchone()
+                version = int(row[0]) if row else 0
+            if version > len(MIGRATIONS):
+                raise RuntimeError(
+                    f"the incview schema is at version {version}, newer than this incview "
+                    f"({len(MIGRATIONS)}): upgrade incview"
+                )
+            for i in range(version, len(MIGRATIONS)):
+                conn.execute(MIGRATIONS[i])
+                conn.execute(
+                    f"INSERT INTO {SCHEMA}.meta VALUES ('schema_version', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(i + 1),),
+                )
+        return cls(conn)
+
+    def _record(self, row) -> ViewRecord:
+        values = list(row)
+        values[6] = lsn_to_int(values[6])
+        return ViewRecord(*values)
+
+    def get(self, name: str) -> ViewRecord | None:
+        row = self.conn.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.views WHERE name = %s", (name,)).fetchone()
+        return self._record(row) if row else None
+
+    def all(self) -> list[ViewRecord]:
+        rows = self.conn.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.views ORDER BY name").fetchall()
+        return [self._record(r) for r in rows]
+
+    def insert(self, name: str, sql: str, result_schema: str, result_table: str) -> None:
+        self.conn.execute(
+            f"INSERT INTO {SCHEMA}.views (name, sql, result_schema, result_table, phase) "
+            "VALUES (%s, %s, %s, %s, 'populating')",
+            (name, sql, result_schema, result_table),
+        )
+
+    def set_phase(self, name: str, phase: str, error: str | None = None) -> None:
+        self.conn.execute(
+            f"UPDATE {SCHEMA}.views SET phase = %s, last_error = %s WHERE name = %s",
+            (phase, error, name),
+        )
+
+    def heartbeat(self, name: str) -> None:
+        self.conn.execute(f"UPDATE {SCHEMA}.views SET heartbeat = now() WHERE name = %s", (name,))
+
+    def delete(self, name: str) -> None:
+        self.conn.execute(f"DELETE FROM {SCHEMA}.views WHERE name = %s", (name,))
+
+    @staticmethod
+    def record_applied(
+        cur: psycopg.Cursor, name: str, lsn: int, rows: int, ms: float, commit_time: datetime | None
+    ) -> None:
+        """Inside the sink's transaction: the view now reflects everything up to ``lsn``."""
+        cur.execute(
+            f"UPDATE {SCHEMA}.views SET last_lsn = %s::pg_lsn, last_batch_rows = %s, "
+            "last_batch_ms = %s, last_commit_time = coalesce(%s, last_commit_time) WHERE name = %s",
+            (int_to_lsn(lsn), rows, ms, commit_time, name),
+        )
+
+    @staticmethod
+    def applied_lsn(cur: psycopg.Cursor, name: str, lock: bool = False) -> int | None:
+        """The view's last applied LSN, read (and row-locked if ``lock``) inside a transaction."""
+        row = cur.execute(
+            f"SELECT last_lsn::text FROM {SCHEMA}.views WHERE name = %s" + (" FOR UPDATE" if lock else ""),
+            (name,),
+        ).fetchone()
+        return lsn_to_int(row[0]) if row else None

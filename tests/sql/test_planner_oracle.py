@@ -1,0 +1,596 @@
+"""Every SQL construct the planner accepts, checked end to end against Postgres (tests/sql/oracle.py).
+
+Each query runs 14 random transactions (inserts with NULLs and duplicates, updates that change
+keys, deletes, whole-table deletes) through Postgres and through the view's dataflow; after every
+transaction the maintained result must equal the query's result in Postgres (and a scalar error
+in the view must be an error in Postgres too). ORDER BY ... LIMIT and window orders end with a
+unique key so that the expected result is deterministic. Halfway through, the state store is
+closed and the dataflow rebuilt from disk (state must survive a restart).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import psycopg
+import pytest
+
+from tests.sql.oracle import run_oracle
+
+Q = pytest.param
+
+QUERIES = [
+    # -- projections and expressions ------------------------------------------------------------
+    Q(
+        "SELECT id, amount * qty AS total, amount + 1.5 AS plus, qty * 2 - 1 AS q2, -qty AS neg, "
+        "amount - discount AS f FROM orders",
+        id="expr-arithmetic",
+    ),
+    Q(
+        "SELECT id, qty / 3 AS a, qty % 3 AS b, amount / NULLIF(qty, 0) AS per_unit, "
+        "(qty + 1) / 2 * 2 AS c FROM orders",
+        id="expr-integer-division",
+    ),
+    Q(
+        "SELECT id, amount / 7 AS a7, round(amount / 3, 2) AS r3, floor(amount) AS f, "
+        "ceil(amount) AS c, abs(amount - 250) AS d, round(discount) AS rd FROM orders",
+        id="expr-numeric",
+    ),
+    Q(
+        "SELECT id, CASE WHEN amount > 300 THEN 'big' WHEN amount > 100 THEN 'mid' "
+        "WHEN amount IS NULL THEN 'none' ELSE 'small' END AS size, "
+        "CASE status WHEN 'paid' THEN 1 WHEN 'shipped' THEN 2 ELSE 0 END AS code, "
+        "CASE WHEN qty > 2 THEN amount END AS big_amount FROM orders",
+        id="expr-case",
+    ),
+    Q(
+        "SELECT id, COALESCE(status, 'unknown') AS st, NULLIF(qty, 0) AS q, "
+        "COALESCE(amount, 0) + COALESCE(qty, 0) AS x, COALESCE(discount, qty, 0) AS d "
+        "FROM orders",
+        id="expr-coalesce-nullif",
+    ),
+    Q(
+        "SELECT id, GREATEST(amount, qty * 10) AS g, LEAST(qty, 3) AS l, "
+        "GREATEST(created, DATE '2024-06-01') AS gd FROM orders",
+        id="expr-greatest-least",
+    ),
+    Q(
+        "SELECT id, CAST(amount AS int) AS ai, qty::numeric / 4 AS qn, CAST(qty AS text) AS qt, "
+        "amount::double precision AS af, created::timestamp AS ts, "
+        "CAST(amount AS numeric(6,1)) AS a1 FROM orders WHERE amount < 1000",
+        id="expr-casts",
+    ),
+    Q(
+        "SELECT id, name, name LIKE '%n%' AS has_n, name ILIKE 'a%' AS starts_a, "
+        "name NOT LIKE '_o_' AS not_bob FROM customers",
+        id="expr-like-ilike",
+    ),
+    Q(
+        "SELECT id, upper(name) AS u, lower(name) AS l, length(name) AS n, "
+        "name || '-' || COALESCE(segment, '?') AS tag, substring(name from 1 for 2) AS s2, "
+        "concat(name, region) AS c, replace(name, 'n', 'N') AS r FROM customers",
+        id="expr-strings",
+    ),
+    Q(
+        "SELECT id, date_trunc('month', created::timestamp) AS m, extract(year FROM created) AS y, "
+        "extract(dow FROM created) AS dow, date_part('day', created) AS d FROM orders",
+        id="expr-date-trunc-extract",
+    ),
+    Q(
+        "SELECT id, created + interval '7 days' AS due, created + 30 AS plus30, "
+        "created - DATE '2024-06-01' AS days_since, created + interval '1 month' AS next_month "
+        "FROM orders",
+        id="expr-interval",
+    ),
+    Q(
+        "SELECT id, qty > 2 AND amount > 100 AS big, status IS NULL AS nostatus, "
+        "qty IN (1, 2) AS small, NOT (qty > 2) AS le2 FROM orders",
+        id="expr-booleans",
+    ),
+    Q(
+        "SELECT id, region, score FROM customers",
+        id="expr-plain-columns",
+    ),
+    # -- WHERE ----------------------------------------------------------------------------------
+    Q(
+        "SELECT id, amount FROM orders WHERE (status IN ('paid', 'shipped') OR qty > 5) "
+        "AND amount BETWEEN 10 AND 400 AND created IS NOT NULL "
+        "AND status IS DISTINCT FROM 'cancelled'",
+        id="where-complex",
+    ),
+    Q(
+        "SELECT id FROM orders WHERE NOT (qty > 2) OR customer_id IS NULL",
+        id="where-three-valued",
+    ),
+    Q(
+        "SELECT id, amount / qty AS per FROM orders WHERE status = 'paid'",
+        id="where-division-errors",
+    ),
+    Q(
+        "SELECT id, 100 / qty AS per, amount FROM orders WHERE customer_id < 6",
+        id="errors-come-and-go",
+    ),
+    Q(
+        "SELECT customer_id, sum(amount / qty) AS s FROM orders GROUP BY customer_id",
+        id="errors-under-aggregate",
+    ),
+    # -- joins ----------------------------------------------------------------------------------
+    Q(
+        "SELECT o.id, c.name, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id",
+        id="join-inner",
+    ),
+    Q(
+        "SELECT o.id AS oid, c.name, p.name AS product, i.qty FROM order_items i "
+        "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id "
+        "JOIN products p ON p.id = i.product_id",
+        id="join-four-way",
+    ),
+    Q(
+        "SELECT c.id, c.name, o.id AS oid, o.amount FROM customers c "
+        "LEFT JOIN orders o ON o.customer_id = c.id",
+        id="join-left",
+    ),
+    Q(
+        "SELECT c.id, o.id AS oid FROM customers c LEFT JOIN orders o "
+        "ON o.customer_id = c.id AND o.status = 'paid' AND o.amount > c.score",
+        id="join-left-extra-on",
+    ),
+    Q(
+        "SELECT o.id, c.name FROM customers c RIGHT JOIN orders o ON c.id = o.customer_id",
+        id="join-right",
+    ),
+    Q(
+        "SELECT c.id AS cid, o.id AS oid, c.segment, o.status FROM customers c "
+        "FULL JOIN orders o ON c.id = o.customer_id",
+        id="join-full",
+    ),
+    Q(
+        "SELECT p.id AS pid, i.id AS iid FROM products p FULL JOIN order_items i "
+        "ON p.id = i.product_id AND i.price < p.price",
+        id="join-full-non-equi",
+    ),
+    Q(
+        "SELECT o.id, c.id AS cid FROM orders o JOIN customers c "
+        "ON o.amount < c.score * 2 AND c.segment = 'a'",
+        id="join-non-equi-only",
+    ),
+    Q(
+        "SELECT c.id, c.name FROM customers c LEFT JOIN orders o ON o.customer_id = c.id "
+        "WHERE o.id IS NULL",
+        id="join-left-is-null",
+    ),
+    Q(
+        "SELECT o.id, i.id AS iid FROM orders o JOIN order_items i "
+        "ON i.order_id = o.id + 0 AND (i.qty > 2) = (o.qty > 2)",
+        id="join-expression-composite-keys",
+    ),
+    Q(
+        "SELECT c.id, o.id AS oid, i.id AS iid FROM customers c "
+        "LEFT JOIN orders o ON o.customer_id = c.id LEFT JOIN order_items i ON i.order_id = o.id",
+        id="join-left-chain",
+    ),
+    Q(
+        "SELECT p.id AS pid, c.id AS cid FROM products p CROSS JOIN customers c "
+        "WHERE p.price > c.score",
+        id="join-cross-filter",
+    ),
+    Q(
+        "SELECT a.id, b.id AS bid FROM customers a JOIN customers b "
+        "ON a.segment IS NOT DISTINCT FROM b.segment AND a.id < b.id",
+        id="join-self-not-distinct",
+    ),
+    Q(
+        "SELECT o.id, c.name, p.id AS pid FROM orders o "
+        "LEFT JOIN customers c ON c.id = o.customer_id "
+        "RIGHT JOIN products p ON p.id = o.qty",
+        id="join-left-then-right",
+    ),
+    # -- GROUP BY -------------------------------------------------------------------------------
+    Q(
+        "SELECT customer_id, count(*) AS n, count(amount) AS na, sum(amount) AS s, "
+        "avg(amount) AS a, min(amount) AS mi, max(created) AS mx FROM orders GROUP BY customer_id",
+        id="agg-basic",
+    ),
+    Q(
+        "SELECT status, sum(qty) AS sq, avg(qty) AS aq, sum(discount) AS sd, avg(discount) AS ad, "
+        "max(discount) AS md FROM orders GROUP BY status",
+        id="agg-int-float",
+    ),
+    Q(
+        "SELECT c.segment, count(DISTINCT o.customer_id) AS buyers, "
+        "count(DISTINCT o.status) AS statuses FROM orders o "
+        "JOIN customers c ON c.id = o.customer_id GROUP BY c.segment",
+        id="agg-count-distinct",
+    ),
+    Q(
+        "SELECT customer_id, bool_and(qty > 0) AS all_pos, bool_or(status = 'paid') AS any_paid "
+        "FROM orders GROUP BY customer_id",
+        id="agg-bool",
+    ),
+    Q(
+        "SELECT customer_id, string_agg(status, ',' ORDER BY status, id) AS sts "
+        "FROM orders GROUP BY customer_id",
+        id="agg-string-agg",
+    ),
+    Q(
+        "SELECT category, string_agg(name, '; ' ORDER BY price DESC, id) AS names "
+        "FROM products GROUP BY category",
+        id="agg-string-agg-desc",
+    ),
+    Q(
+        "SELECT customer_id, sum(amount) AS total FROM orders GROUP BY customer_id "
+        "HAVING count(*) >= 2 AND sum(amount) > 100",
+        id="agg-having",
+    ),
+    Q(
+        "SELECT customer_id, count(*) FILTER (WHERE status = 'paid') AS paid, "
+        "sum(amount) FILTER (WHERE qty > 2) AS big FROM orders GROUP BY customer_id",
+        id="agg-filter",
+    ),
+    Q(
+        "SELECT date_trunc('month', created::timestamp) AS month, extract(year FROM created) AS y, "
+        "count(*) AS n FROM orders "
+        "GROUP BY date_trunc('month', created::timestamp), extract(year FROM created)",
+        id="agg-group-by-expressions",
+    ),
+    Q(
+        "SELECT count(*) AS n, sum(amount) AS s, min(amount) AS mi, max(amount) AS ma, "
+        "avg(qty) AS aq FROM orders",
+        id="agg-global",
+    ),
+    Q(
+        "SELECT status, min(amount) AS lo, max(amount) AS hi, min(created) AS first, "
+        "max(o.id) AS last, min(name) AS mn FROM orders o LEFT JOIN customers c "
+        "ON c.id = o.customer_id GROUP BY status",
+        id="agg-min-max-deletes",
+    ),
+    Q(
+        "SELECT c.region, p.category, sum(i.qty * i.price) AS revenue, count(*) AS lines "
+        "FROM order_items i JOIN products p ON p.id = i.product_id "
+        "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id "
+        "GROUP BY c.region, p.category",
+        id="agg-over-four-way-join",
+    ),
+    Q(
+        "SELECT customer_id, sum(amount) / count(*) AS mean, max(qty) - min(qty) AS spread "
+        "FROM orders GROUP BY customer_id",
+        id="agg-expressions-of-aggregates",
+    ),
+    Q(
+        "SELECT c.id, count(o.id) AS n, COALESCE(sum(o.amount), 0) AS total FROM customers c "
+        "LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.id",
+        id="agg-left-join-count",
+    ),
+    Q(
+        "SELECT k, count(*) AS n FROM (SELECT status AS k FROM orders UNION ALL "
+        "SELECT category FROM products) u GROUP BY k",
+        id="agg-over-union-all",
+    ),
+    # -- DISTINCT -------------------------------------------------------------------------------
+    Q("SELECT DISTINCT status, customer_id FROM orders", id="distinct"),
+    Q("SELECT DISTINCT lower(name) AS n FROM customers", id="distinct-expression"),
+    Q(
+        "SELECT DISTINCT ON (customer_id) customer_id, id, amount FROM orders "
+        "ORDER BY customer_id, amount DESC NULLS LAST, id",
+        id="distinct-on",
+    ),
+    # -- set operations -------------------------------------------------------------------------
+    Q("SELECT customer_id AS x FROM orders UNION SELECT id FROM customers", id="union"),
+    Q(
+        "SELECT id, 'order' AS kind, amount AS v FROM orders "
+        "UNION ALL SELECT id, 'item', price FROM order_items",
+        id="union-all",
+    ),
+    Q("SELECT amount FROM orders UNION ALL SELECT qty FROM orders", id="union-all-mixed-types"),
+    Q("SELECT qty FROM orders UNION SELECT amount FROM orders", id="union-mixed-types"),
+    Q(
+        "SELECT region FROM customers UNION SELECT status FROM orders UNION SELECT 'none'",
+        id="union-varchar-text-literal",
+    ),
+    Q("SELECT id FROM customers EXCEPT SELECT customer_id FROM orders", id="except"),
+    Q(
+        "SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers WHERE segment = 'a'",
+        id="except-all",
+    ),
+    Q(
+        "SELECT customer_id FROM orders INTERSECT SELECT id FROM customers WHERE score > 0",
+        id="intersect",
+    ),
+    Q("SELECT qty FROM orders INTERSECT ALL SELECT qty FROM order_items", id="intersect-all"),
+    # -- subqueries -----------------------------------------------------------------------------
+    Q(
+        "SELECT id, amount FROM orders "
+        "WHERE customer_id IN (SELECT id FROM customers WHERE segment = 'a')",
+        id="subquery-in",
+    ),
+    Q(
+        "SELECT id FROM customers "
+        "WHERE id NOT IN (SELECT customer_id FROM orders WHERE status = 'cancelled')",
+        id="subquery-not-in-nulls",
+    ),
+    Q(
+        "SELECT c.id, c.name FROM customers c WHERE EXISTS "
+        "(SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.status = 'paid')",
+        id="subquery-exists",
+    ),
+    Q(
+        "SELECT p.id FROM products p WHERE NOT EXISTS "
+        "(SELECT 1 FROM order_items i WHERE i.product_id = p.id AND i.qty > 1)",
+        id="subquery-not-exists",
+    ),
+    Q(
+        "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM order_items i "
+        "WHERE i.order_id = o.id AND i.price > o.amount / 10)",
+        id="subquery-exists-non-equi",
+    ),
+    Q(
+        "SELECT id, amount, amount - (SELECT avg(amount) FROM orders) AS diff FROM orders",
+        id="subquery-scalar-uncorrelated",
+    ),
+    Q(
+        "SELECT id FROM orders WHERE amount > (SELECT avg(amount) FROM orders)",
+        id="subquery-scalar-in-where",
+    ),
+    Q(
+        "SELECT c.id, (SELECT sum(o.amount) FROM orders o WHERE o.customer_id = c.id) AS total, "
+        "(SELECT count(*) FROM orders o WHERE o.customer_id = c.id) AS n FROM customers c",
+        id="subquery-scalar-correlated",
+    ),
+    Q(
+        "SELECT o.id FROM orders o WHERE o.amount >= "
+        "(SELECT max(o2.amount) FROM orders o2 WHERE o2.customer_id = o.customer_id)",
+        id="subquery-correlated-in-where",
+    ),
+    # -- CTEs and derived tables ----------------------------------------------------------------
+    Q(
+        "WITH t AS (SELECT customer_id, sum(amount) AS total FROM orders GROUP BY customer_id) "
+        "SELECT a.customer_id, a.total, b.total AS next_total FROM t a "
+        "JOIN t b ON b.customer_id = a.customer_id + 1 AND a.total < b.total",
+        id="cte-used-twice",
+    ),
+    Q(
+        "WITH paid AS (SELECT * FROM orders WHERE status = 'paid'), "
+        "per AS (SELECT customer_id, count(*) AS n FROM paid GROUP BY customer_id) "
+        "SELECT c.name, per.n FROM per JOIN customers c ON c.id = per.customer_id",
+        id="cte-chain",
+    ),
+    Q(
+        "SELECT s.segment, avg(s.total) AS avg_total FROM (SELECT c.segment, c.id, "
+        "sum(o.amount) AS total FROM customers c JOIN orders o ON o.customer_id = c.id "
+        "GROUP BY c.segment, c.id) s GROUP BY s.segment",
+        id="derived-table",
+    ),
+    Q(
+        "SELECT x.a, x.b FROM (SELECT id, qty FROM orders) AS x(a, b) WHERE x.b > 1",
+        id="derived-table-column-aliases",
+    ),
+    # -- ORDER BY ... LIMIT ---------------------------------------------------------------------
+    Q(
+        "SELECT id, amount FROM orders ORDER BY amount DESC NULLS LAST, id LIMIT 5",
+        id="limit",
+    ),
+    Q(
+        "SELECT id, created FROM orders ORDER BY created, id LIMIT 4 OFFSET 3",
+        id="limit-offset",
+    ),
+    Q(
+        "SELECT id, customer_id FROM orders ORDER BY amount * qty DESC, id LIMIT 6",
+        id="limit-order-by-expression",
+    ),
+    Q(
+        "SELECT customer_id, sum(amount) AS total FROM orders GROUP BY customer_id "
+        "ORDER BY total DESC NULLS LAST, customer_id NULLS FIRST LIMIT 3",
+        id="limit-over-aggregate",
+    ),
+    # -- windows --------------------------------------------------------------------------------
+    Q(
+        "SELECT id, customer_id, row_number() OVER (PARTITION BY customer_id ORDER BY amount, id) "
+        "AS rn, rank() OVER (PARTITION BY customer_id ORDER BY amount) AS rk, "
+        "dense_rank() OVER (PARTITION BY customer_id ORDER BY amount) AS drk FROM orders",
+        id="window-ranking",
+    ),
+    Q(
+        "SELECT id, customer_id, "
+        "lag(amount) OVER (PARTITION BY customer_id ORDER BY created, id) AS prev, "
+        "lead(amount, 2, 0) OVER (PARTITION BY customer_id ORDER BY created, id) AS next2 "
+        "FROM orders",
+        id="window-lag-lead",
+    ),
+    Q(
+        "SELECT id, customer_id, sum(amount) OVER (PARTITION BY customer_id ORDER BY id) AS run, "
+        "avg(qty) OVER (PARTITION BY customer_id ORDER BY id) AS ravg, "
+        "count(*) OVER (PARTITION BY customer_id) AS n FROM orders",
+        id="window-running-aggregates",
+    ),
+    Q(
+        "SELECT id, status, sum(amount) OVER (PARTITION BY status ORDER BY qty) AS peers_sum "
+        "FROM orders",
+        id="window-range-peers",
+    ),
+    Q(
+        "SELECT id, row_number() OVER (ORDER BY amount DESC NULLS LAST, id) AS rn, "
+        "max(amount) OVER () AS top FROM orders",
+        id="window-unpartitioned",
+    ),
+    Q(
+        "SELECT * FROM (SELECT id, customer_id, amount, row_number() OVER "
+        "(PARTITION BY customer_id ORDER BY amount DESC NULLS LAST, id) AS rn FROM orders) t "
+        "WHERE rn <= 2",
+        id="window-top-k-per-group",
+    ),
+    Q(
+        "SELECT id, status FROM (SELECT id, status, rank() OVER "
+        "(PARTITION BY status ORDER BY qty DESC) AS r FROM orders) x WHERE r <= 2",
+        id="window-top-k-rank",
+    ),
+    Q(
+        "SELECT customer_id, sum(amount) AS s, "
+        "rank() OVER (ORDER BY sum(amount) DESC NULLS LAST) AS r FROM orders GROUP BY customer_id",
+        id="window-over-aggregate",
+    ),
+    Q(
+        "SELECT o.id, c.segment, row_number() OVER (PARTITION BY c.segment ORDER BY o.created, "
+        "o.id) AS rn, lag(c.name, 1, 'none') OVER (PARTITION BY c.segment ORDER BY o.created, "
+        "o.id) AS prev_name FROM orders o JOIN customers c ON c.id = o.customer_id",
+        id="window-over-join",
+    ),
+    Q(
+        "SELECT id, prev FROM (SELECT id, lag(status) OVER (PARTITION BY qty % 3 ORDER BY id) "
+        "AS prev FROM orders) t WHERE prev IS NULL OR prev = 'paid'",
+        id="window-partition-expression-filtered",
+    ),
+    Q(
+        "SELECT * FROM (SELECT customer_id, status, sum(amount) AS s, row_number() OVER "
+        "(PARTITION BY customer_id ORDER BY sum(amount) DESC NULLS LAST, status NULLS FIRST) "
+        "AS rn FROM orders GROUP BY customer_id, status) t WHERE rn = 1",
+        id="window-top-1-over-aggregate",
+    ),
+    Q(
+        "SELECT customer_id, sum(sum(amount)) OVER (ORDER BY customer_id NULLS FIRST) AS run, "
+        "rank() OVER (ORDER BY count(*) DESC) AS r FROM orders GROUP BY customer_id",
+        id="window-aggregates-inside-window",
+    ),
+    # -- more combinations --------------------------------------------------------------------
+    Q(
+        "SELECT id, name, amount FROM orders JOIN customers USING (id)",
+        id="join-using",
+    ),
+    Q(
+        "SELECT o.id AS oid, i.id AS iid, i.price FROM orders o "
+        "FULL JOIN order_items i ON i.order_id = o.id",
+        id="join-full-null-keys",
+    ),
+    Q(
+        "SELECT o.*, c.name, c.segment FROM orders o JOIN customers c ON c.id = o.customer_id",
+        id="join-star",
+    ),
+    Q(
+        "SELECT c.segment, count(*) AS n, sum(o.qty) AS q FROM customers c "
+        "RIGHT JOIN orders o ON o.customer_id = c.id GROUP BY c.segment",
+        id="agg-over-right-join",
+    ),
+    Q(
+        "SELECT c.id, o.id AS oid FROM customers c LEFT JOIN orders o ON o.customer_id = c.id "
+        "WHERE o.status = 'paid' OR o.status IS NULL",
+        id="join-left-where-on-right-side",
+    ),
+    Q(
+        "SELECT status, count(DISTINCT qty) AS nq, count(DISTINCT customer_id) "
+        "FILTER (WHERE amount > 100) AS big_buyers, "
+        "string_agg(CAST(id AS text), '|' ORDER BY id) FILTER (WHERE qty > 1) AS ids "
+        "FROM orders GROUP BY 1",
+        id="agg-distinct-filter-ordinal",
+    ),
+    Q(
+        "SELECT customer_id, max(amount) AS m FROM orders GROUP BY customer_id "
+        "HAVING min(created) > DATE '2024-03-01' OR count(*) > 3",
+        id="agg-having-not-selected",
+    ),
+    Q(
+        "SELECT region, min(name) AS first_name, max(name) AS last_name, min(score) AS low "
+        "FROM customers GROUP BY region",
+        id="agg-min-max-text",
+    ),
+    Q(
+        "SELECT id FROM orders WHERE qty + 1 IN (SELECT qty FROM order_items WHERE price > 10)",
+        id="subquery-in-expression",
+    ),
+    Q(
+        "SELECT id FROM orders WHERE customer_id NOT IN "
+        "(SELECT id FROM customers WHERE segment = 'zzz')",
+        id="subquery-not-in-empty",
+    ),
+    Q(
+        "SELECT c.id FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.customer_id = c.id AND o.id IN (SELECT order_id FROM order_items))",
+        id="subquery-nested-in-exists",
+    ),
+    Q(
+        "SELECT o.id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM orders o2 "
+        "WHERE o2.customer_id = o.customer_id AND o2.status = o.status AND o2.id <> o.id)",
+        id="subquery-not-exists-multi-correlation",
+    ),
+    Q(
+        "WITH per AS (SELECT customer_id, sum(amount) AS total, count(*) AS n FROM orders "
+        "GROUP BY customer_id) SELECT p.customer_id, p.total FROM per p "
+        "WHERE p.total > (SELECT avg(total) FROM per)",
+        id="cte-twice-with-scalar-subquery",
+    ),
+    Q(
+        "SELECT u.k, u.v FROM (SELECT status AS k, amount AS v FROM orders UNION ALL "
+        "SELECT category, price FROM products UNION ALL SELECT name, score FROM customers) u "
+        "ORDER BY u.v DESC NULLS LAST, u.k NULLS LAST LIMIT 5",
+        id="limit-over-union",
+    ),
+    Q(
+        "SELECT id, CASE WHEN qty = 0 THEN NULL ELSE amount / qty END AS safe FROM orders",
+        id="expr-guarded-division",
+    ),
+    Q(
+        "SELECT id, CAST(status AS int) AS bad FROM orders WHERE customer_id = 3",
+        id="errors-invalid-cast",
+    ),
+    Q(
+        "SELECT DISTINCT segment, region FROM customers WHERE score IS NULL OR score > 10",
+        id="distinct-with-nulls",
+    ),
+    Q(
+        "SELECT customer_id FROM orders WHERE status = 'paid' EXCEPT ALL "
+        "SELECT customer_id FROM orders WHERE status = 'new'",
+        id="except-all-same-table-nulls",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def oracle_dsn(pg_server):
+    name = pg_server.create_database("oracle")
+    try:
+        yield pg_server.dsn_for(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def oracle_conn(oracle_dsn):
+    with psycopg.connect(oracle_dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+        yield conn
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_view_matches_postgres(sql, oracle_conn, tmp_path):
+    seed = zlib.crc32(sql.encode())
+    report = run_oracle(
+        oracle_conn, sql, seed, tmp_path / "state", batches=14, changes=36, reopen_every=7
+    )
+    assert report.batches == 14
+
+
+def test_oracle_catches_a_wrong_view(oracle_conn, tmp_path, monkeypatch):
+    """The oracle itself: a dataflow planned from a subtly different SQL must be reported."""
+    import tests.sql.oracle as oracle
+
+    real = oracle.plan_view
+
+    def off_by_one(sql, catalog):
+        return real(sql.replace("qty > 2", "qty >= 2"), catalog)
+
+    monkeypatch.setattr(oracle, "plan_view", off_by_one)
+    sql = "SELECT id, amount FROM orders WHERE qty > 2"
+    with pytest.raises(oracle.OracleMismatch, match=r"(?s)missing.*extra.*SQL: SELECT id"):
+        run_oracle(oracle_conn, sql, 1, tmp_path / "state", batches=6)
+
+
+def test_oracle_catches_a_missing_error(oracle_conn, tmp_path, monkeypatch):
+    """A view that swallows a division by zero Postgres raises must be reported."""
+    import tests.sql.oracle as oracle
+
+    real = oracle.plan_view
+    monkeypatch.setattr(
+        oracle, "plan_view", lambda sql, cat: real(sql.replace("/ qty", "/ NULLIF(qty, 0)"), cat)
+    )
+    sql = "SELECT id, 100 / qty AS per FROM orders"
+    with pytest.raises(oracle.OracleMismatch, match="Postgres fails"):
+        run_oracle(oracle_conn, sql, 1, tmp_path / "state", batches=6)

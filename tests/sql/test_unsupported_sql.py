@@ -1,0 +1,292 @@
+"""What the planner refuses: each bad view raises ``UnsupportedSQL`` naming the problem and,
+where the parser recorded one, its position ("line L, column C" of the offending token)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import UnsupportedSQL
+from engine.sql.catalog import DictCatalog
+from engine.sql.planner import plan_view
+
+CATALOG = DictCatalog(
+    {
+        "customers": {
+            "id": "int not null",
+            "name": "text",
+            "segment": "text",
+            "score": "numeric(8,2)",
+        },
+        "orders": {
+            "id": "int not null",
+            "customer_id": "int",
+            "amount": "numeric(10,2)",
+            "qty": "int",
+            "status": "text",
+            "created": "date",
+        },
+    }
+)
+
+B = pytest.param
+
+# (sql, substrings the message must contain, "line L, column C" or None when there is none)
+BAD = [
+    # -- syntax and statement kinds -------------------------------------------------------------
+    B("SELEC id FROM orders", ["syntax error"], "line 1, column 13", id="syntax-typo"),
+    B("SELECT id FROM orders WHERE", ["syntax error"], "line 1, column 27", id="syntax-dangling"),
+    B(
+        "SELECT id, FROM orders",
+        ["syntax error", "comma"],
+        "line 1, column 12",
+        id="trailing-comma",
+    ),
+    B("SELECT id, 'abc FROM orders", ["syntax error", "tokenizing"], None, id="unterminated"),
+    B("", ["empty"], None, id="empty"),
+    B("INSERT INTO orders (id) VALUES (1)", ["must be a SELECT", "INSERT"], "line 1", id="insert"),
+    B("UPDATE orders SET qty = 1", ["must be a SELECT", "UPDATE"], "line 1", id="update"),
+    B("DELETE FROM orders", ["must be a SELECT", "DELETE"], "line 1", id="delete"),
+    B("CREATE TABLE t (a int)", ["must be a SELECT", "CREATE"], "line 1", id="ddl"),
+    B(
+        "SELECT 1 AS a; SELECT 2 AS b",
+        ["one SELECT statement", "several"],
+        "line 1, column 23",
+        id="several-statements",
+    ),
+    B("SELECT id INTO t2 FROM orders", ["SELECT INTO"], "line 1, column 16", id="select-into"),
+    # -- names ----------------------------------------------------------------------------------
+    B("SELECT id FROM nope", ["unknown table nope"], "line 1, column 16", id="unknown-table"),
+    B(
+        "SELECT id FROM sales.orders",
+        ["unknown table sales.orders"],
+        "line 1, column 16",
+        id="unknown-schema",
+    ),
+    B(
+        "SELECT id FROM other_db.public.orders",
+        ["cross-database"],
+        "line 1, column 16",
+        id="cross-database",
+    ),
+    B(
+        "SELECT nope FROM orders",
+        ["unknown column 'nope'"],
+        "line 1, column 8",
+        id="unknown-column",
+    ),
+    B(
+        "SELECT o.nope FROM orders o",
+        ["unknown column 'nope'", "table o"],
+        "line 1, column 8",
+        id="unknown-qualified-column",
+    ),
+    B(
+        "SELECT id FROM orders o JOIN customers c ON c.id = o.customer_id",
+        ["'id' is ambiguous", "customers", "orders"],
+        "line 1, column 8",
+        id="ambiguous-column",
+    ),
+    B(
+        "SELECT id, qty AS id FROM orders",
+        ["two columns named 'id'", "alias"],
+        None,
+        id="duplicate-output-names",
+    ),
+    # -- functions and types --------------------------------------------------------------------
+    B("SELECT soundex(status) FROM orders", ["SOUNDEX", "not supported"], "line 1", id="function"),
+    B(
+        "SELECT id, now() AS t FROM orders",
+        ["now", "not deterministic"],
+        "line 1, column 12",
+        id="now",
+    ),
+    B(
+        "SELECT id FROM orders WHERE random() > 0.5",
+        ["random", "not deterministic"],
+        "line 1, column 29",
+        id="random",
+    ),
+    B(
+        "SELECT id, clock_timestamp() FROM orders",
+        ["clock_timestamp() changes with time"],
+        "line 1, column 12",
+        id="clock-timestamp",
+    ),
+    B(
+        "SELECT id FROM orders WHERE created > current_date",
+        ["current_date is not deterministic"],
+        None,
+        id="current-date",
+    ),
+    B(
+        "SELECT id FROM orders WHERE status = 1",
+        ["operator does not exist: text = integer", "cast"],
+        "line 1",
+        id="type-mismatch-comparison",
+    ),
+    B(
+        "SELECT status + 1 AS x FROM orders",
+        ["operator does not exist: text + integer"],
+        "line 1",
+        id="type-mismatch-arithmetic",
+    ),
+    B(
+        "SELECT id FROM orders WHERE qty",
+        ["argument of WHERE must be type boolean", "integer"],
+        "line 1, column 29",
+        id="where-not-boolean",
+    ),
+    # -- aggregates and grouping ----------------------------------------------------------------
+    B(
+        "SELECT customer_id, status, count(*) FROM orders GROUP BY customer_id",
+        ["status", "must appear in GROUP BY"],
+        "line 1, column 21",
+        id="group-by-violation",
+    ),
+    B(
+        "SELECT id, count(*) FROM orders",
+        ["id", "must appear in GROUP BY"],
+        "line 1, column 8",
+        id="aggregate-without-group-by",
+    ),
+    B(
+        "SELECT id FROM orders HAVING qty > 1",
+        ["HAVING without GROUP BY"],
+        "line 1, column 30",
+        id="having-without-group",
+    ),
+    B(
+        "SELECT array_agg(id) FROM orders",
+        ["array_agg", "array results"],
+        "line 1, column 8",
+        id="array-agg",
+    ),
+    B(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM orders",
+        ["percentile_cont", "ordered-set"],
+        "line 1, column 8",
+        id="ordered-set-aggregate",
+    ),
+    B(
+        "SELECT sum(DISTINCT amount) FROM orders",
+        ["sum(DISTINCT ...) is not supported"],
+        "line 1, column 8",
+        id="sum-distinct",
+    ),
+    B("SELECT sum(status) FROM orders", ["sum of a text value"], "line 1, column 8", id="sum-text"),
+    B(
+        "SELECT customer_id, sum(amount) FROM orders GROUP BY ROLLUP (customer_id)",
+        ["ROLLUP"],
+        "line 1",
+        id="rollup",
+    ),
+    # -- ordering, limits and windows -----------------------------------------------------------
+    B(
+        "SELECT id FROM orders LIMIT 5",
+        ["LIMIT without ORDER BY"],
+        "line 1, column 29",
+        id="limit-without-order",
+    ),
+    B(
+        "SELECT id FROM orders ORDER BY id LIMIT $1",
+        ["LIMIT must be an integer constant"],
+        "line 1",
+        id="limit-parameter",
+    ),
+    B(
+        "SELECT DISTINCT ON (customer_id) id FROM orders ORDER BY customer_id, id LIMIT 2",
+        ["DISTINCT ON with LIMIT"],
+        "line 1",
+        id="distinct-on-limit",
+    ),
+    B(
+        "SELECT id, sum(amount) OVER (PARTITION BY customer_id ORDER BY id "
+        "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM orders",
+        ["window frames"],
+        "line 1",
+        id="window-frame",
+    ),
+    B(
+        "SELECT id, row_number() OVER w AS rn FROM orders WINDOW w AS (ORDER BY id)",
+        ["named windows"],
+        "line 1, column 12",
+        id="named-window",
+    ),
+    B(
+        "SELECT ntile(4) OVER (ORDER BY id) AS q FROM orders",
+        ["window function NTILE"],
+        "line 1, column 8",
+        id="ntile",
+    ),
+    # -- FROM and subqueries --------------------------------------------------------------------
+    B(
+        "SELECT c.id, x.n FROM customers c, LATERAL "
+        "(SELECT count(*) AS n FROM orders o WHERE o.customer_id = c.id) x",
+        ["LATERAL"],
+        "line 1",
+        id="lateral",
+    ),
+    B(
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5) "
+        "SELECT n FROM r",
+        ["WITH RECURSIVE"],
+        "line 1",
+        id="recursive-cte",
+    ),
+    B(
+        "SELECT * FROM (VALUES (1), (2)) v(x)",
+        ["VALUES lists"],
+        "line 1",
+        id="values",
+    ),
+    B(
+        "SELECT id FROM customers c "
+        "WHERE c.id IN (SELECT o.customer_id FROM orders o WHERE o.qty = c.id)",
+        ["correlated IN", "EXISTS"],
+        "line 1, column 34",
+        id="correlated-in",
+    ),
+    B(
+        "SELECT id FROM customers c WHERE c.score > 0 "
+        "OR EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)",
+        ["top-level AND condition", "UNION"],
+        "line 1",
+        id="exists-under-or",
+    ),
+    B(
+        "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers)",
+        ["uncorrelated EXISTS"],
+        "line 1",
+        id="uncorrelated-exists",
+    ),
+    B(
+        "SELECT id, (SELECT amount FROM orders o2 WHERE o2.id = o.id) AS a FROM orders o",
+        ["correlated scalar subquery", "single aggregate"],
+        "line 1, column 20",  # the subquery's first column reference (keywords carry no position)
+        id="correlated-scalar-not-aggregate",
+    ),
+    B(
+        "SELECT id, (SELECT amount FROM orders) AS a FROM orders o",
+        ["scalar subquery must return exactly one row"],
+        "line 1, column 20",
+        id="scalar-subquery-many-rows",
+    ),
+    B(
+        "SELECT id FROM orders UNION SELECT id, name FROM customers",
+        ["same number of columns"],
+        "line 1",
+        id="union-arity",
+    ),
+    B("SELECT id FROM orders FOR UPDATE", ["FOR UPDATE"], None, id="for-update"),
+]
+
+
+@pytest.mark.parametrize(("sql", "fragments", "where"), BAD)
+def test_refused_with_a_clear_message(sql, fragments, where):
+    with pytest.raises(UnsupportedSQL) as info:
+        plan_view(sql, CATALOG)
+    msg = str(info.value)
+    for fragment in fragments:
+        assert fragment in msg, f"{fragment!r} not in {msg!r}"
+    if where is not None:
+        assert f"at {where}" in msg, f"position {where!r} not in {msg!r}"
