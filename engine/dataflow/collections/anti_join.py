@@ -21,6 +21,7 @@ from engine.dataflow.collections.join import check_keys, describe_join
 from engine.dataflow.collections.semi_join import membership_delta
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import COUNTERS, DeltaJoin, KeyMatch, WeightCounters
+from engine.dataflow.state.store import StateStore
 
 # the right side's state, as far as NOT IN cares
 _EMPTY, _HAS_NULL, _NORMAL = "empty", "has-null", "normal"
@@ -62,7 +63,7 @@ class AntiJoinCollection(StatefulCollection):
         self._arr: DeltaJoin | KeyMatch | None = None
         self._counters: WeightCounters | None = None
 
-    def open(self, store) -> None:
+    def open(self, store: StateStore | None) -> None:
         super().open(store)
         if self.residual is not None:
             self._arr = DeltaJoin(

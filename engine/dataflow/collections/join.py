@@ -4,8 +4,8 @@ Output rows are ``left_row + right_row`` with weight ``wl * wr`` for every pair 
 are equal under SQL equality (a NULL in any key column never matches) and whose residual predicate
 (a batch function over the concatenated rows) is exactly True. Both inputs are arranged by key in
 the collection's column family (``state.arrangement``), one entry per distinct row, so a single-row
-change to a key holding 100k rows stays one point read and one write; each time reads every
-distinct key of the delta once. Residual errors become errs diffs weighted like the pair, so they
+change to a key holding 100k rows stays a bounded read and one write; each time visits every
+distinct key of the delta once, in key order, with one iterator. Residual errors become errs diffs weighted like the pair, so they
 retract with it. It must not keep rows in memory across times, and it must not use pickle or repr
 of arbitrary objects in state keys (``keycodec`` builds them).
 """
@@ -18,6 +18,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin
+from engine.dataflow.state.store import StateStore
 
 
 def check_keys(left_key: Sequence[int], right_key: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -32,11 +33,13 @@ def describe_join(
     title: str, left_key: Sequence[int], right_key: Sequence[int], residual: object, note: str
 ) -> str:
     """``"<title>: left[0,2] = right[1,0]"`` plus the residual, for EXPLAIN."""
-    cond = f"left[{','.join(map(str, left_key))}] = right[{','.join(map(str, right_key))}]"
-    text = f"{title}: {cond}" if left_key else title
+    conds = []
+    if left_key:
+        lk, rk = ",".join(map(str, left_key)), ",".join(map(str, right_key))
+        conds.append(f"left[{lk}] = right[{rk}]")
     if residual is not None:
-        text += f" AND {note}" if note else " AND <residual>"
-    return text
+        conds.append(note or "<residual>")
+    return f"{title}: {' AND '.join(conds)}" if conds else title
 
 
 class InnerJoinCollection(StatefulCollection):
@@ -55,7 +58,7 @@ class InnerJoinCollection(StatefulCollection):
         self.description = description
         self._join: DeltaJoin | None = None
 
-    def open(self, store) -> None:
+    def open(self, store: StateStore | None) -> None:
         super().open(store)
         self._join = DeltaJoin(self.table, self.left_key, self.right_key, self.residual)
 

@@ -20,6 +20,7 @@ from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.collections.join import check_keys, describe_join
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, RowState
+from engine.dataflow.state.store import StateStore
 
 JoinKind = Literal["left", "right", "full"]
 
@@ -71,7 +72,7 @@ class OuterJoinCollection(StatefulCollection):
     def pads_right(self) -> bool:
         return self.kind != "left"
 
-    def open(self, store) -> None:
+    def open(self, store: StateStore | None) -> None:
         super().open(store)
         self._join = DeltaJoin(
             self.table,

@@ -17,6 +17,7 @@ from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.collections.join import check_keys, describe_join
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, KeyMatch, RowState
+from engine.dataflow.state.store import StateStore
 
 
 def membership_delta(states: list[RowState], want_matched: bool) -> DiffBatch:
@@ -48,7 +49,7 @@ class SemiJoinCollection(StatefulCollection):
         self.description = description
         self._arr: DeltaJoin | KeyMatch | None = None
 
-    def open(self, store) -> None:
+    def open(self, store: StateStore | None) -> None:
         super().open(store)
         if self.residual is None:
             self._arr = KeyMatch(self.table, self.left_key, self.right_key)

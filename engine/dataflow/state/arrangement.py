@@ -4,10 +4,14 @@ This is the state layout and the delta algebra shared by the join family (inner,
 semi, anti). Rows are stored one entry per distinct row, so a key holding 100k rows still costs
 a bounded read and one write when a single row of it changes. The layout:
 
-* ``ROWS | len(k) | k | side | encode_exact(row) -> pickle((row, weight[, match_count]))``
+* ``ROWS | len(k) | k | side | encode_key(row) -> pickle((row, weight[, match_count]))``
   (``k = encode_key(join key)``, ``len`` a fixed 4 bytes, so the prefix ``ROWS | len(k) | k`` of
   one key is never a prefix of another key's entries; ``side`` is ``LEFT`` or ``RIGHT``). Both
-  sides of a key are adjacent, so one seek reads a key's left rows and then its right rows;
+  sides of a key are adjacent, so one seek reads a key's left rows and then its right rows.
+  A row's identity is its equality class (``encode_key``), not its spelling (``encode_exact``):
+  ``DiffBatch`` consolidates Python-equal rows, so ``-(1.5,) +(1.50,)`` cancels within a time and
+  a row may be retracted in another spelling than it was stored in; keyed by spelling, the state
+  would keep a +1 and a -1 entry for one row forever. The stored row is one representative;
 * ``tag | len(name) | name -> weight`` for counters: per-key weight totals of a side (when
   "has a match" only depends on the key) and global counters (null-aware anti join).
 
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.errs import BatchFn, evaluate
-from engine.dataflow.state.keycodec import encode_exact, encode_key
+from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import StateTable
 
 ROWS = b"\x01"
@@ -66,6 +70,8 @@ def split_entry_key(entry: bytes) -> tuple[bytes, bytes, bytes]:
 
 
 Groups = dict[bytes, list[tuple[Row, int]]]
+#: a committed row read by a scan: (entry key, row, weight, match count)
+Scanned = tuple[bytes, Row, int, int]
 
 
 def group_by_key(
@@ -105,6 +111,40 @@ def group_by_key(
             groups[kb] = [(r, w)]
         else:
             g.append((r, w))
+    return groups, nulls
+
+
+def group_states(
+    batch: DiffBatch, indices: Sequence[int], side: bytes
+) -> tuple[dict[bytes, list[RowState]], DiffBatch]:
+    """``group_by_key`` for ``DeltaJoin``: the delta rows as ``RowState`` (entry key built,
+    ``old`` 0, ``new`` the delta weight) by encoded key, and the diffs whose key has a NULL."""
+    groups: dict[bytes, list[RowState]] = {}
+    prefixes: dict[bytes, bytes] = {}
+    nulls = DiffBatch()
+    single = len(indices) == 1
+    i = indices[0] if single else -1
+    for r, w in zip(batch.rows, batch.weights, strict=True):
+        if single:
+            v = r[i]
+            if v is None:
+                nulls.rows.append(r)
+                nulls.weights.append(w)
+                continue
+            kb = encode_key((v,))
+        else:
+            key = tuple([r[j] for j in indices])
+            if any(v is None for v in key):
+                nulls.rows.append(r)
+                nulls.weights.append(w)
+                continue
+            kb = encode_key(key)
+        p = prefixes.get(kb)
+        if p is None:
+            p = prefixes[kb] = side_prefix(kb, side)
+            groups[kb] = [RowState(r, p + encode_key(r), 0, w)]
+        else:
+            groups[kb].append(RowState(r, p + encode_key(r), 0, w))
     return groups, nulls
 
 
@@ -155,7 +195,7 @@ class SideArrangement:
     def delta_states(self, kb: bytes, items: list[tuple[Row, int]]) -> list[RowState]:
         """States for one key's delta rows, not yet read: ``old`` 0 and ``new`` the delta weight."""
         prefix = side_prefix(kb, self.side)
-        return [RowState(r, prefix + encode_exact(r), 0, w) for r, w in items]
+        return [RowState(r, prefix + encode_key(r), 0, w) for r, w in items]
 
     def resolve(self, states: list[RowState]) -> None:
         """Read the stored weight (and count) of ``states`` with one ``get_many``."""
@@ -175,37 +215,48 @@ class SideArrangement:
         self.resolve([s for lst in out.values() for s in lst])
         return out
 
-    def read_all(self, it, prefix: bytes, own: dict[bytes, RowState] | None) -> list[RowState]:
-        """Every row under ``prefix`` from the iterator ``it`` (already seeked to ``prefix``),
-        filling in the stored weight of the ``own`` delta rows met on the way."""
+    def read_all(self, it, prefix: bytes, own: dict[bytes, RowState] | None) -> list[Scanned]:
+        """Every row under ``prefix`` as ``(entry, row, weight, count)``, from the iterator ``it``
+        (already seeked to ``prefix``), filling in the stored weight of the ``own`` delta rows met
+        on the way. Leaves ``it`` on the first key past the prefix."""
         out = []
         counted = self.counted
-        while it.valid():
-            entry = it.key()
+        valid, key, value, advance = it.valid, it.key, it.value, it.next
+        while valid():
+            entry = key()
             if not entry.startswith(prefix):
                 break
-            t = _loads(it.value())
+            t = _loads(value())
             w = t[1]
             c = t[2] if counted else 0
-            out.append(RowState(t[0], entry, w, w, c))
+            out.append((entry, t[0], w, c))
             if own is not None:
                 d = own.get(entry)
                 if d is not None:
                     d.old = w
                     d.new += w
                     d.count_old = d.count_new = c
-            it.next()
+            advance()
         return out
 
-    def read_own(self, it, prefix: bytes, own: dict[bytes, RowState], limit: int) -> list[RowState]:
-        """Fill in the stored weight of the ``own`` delta rows by reading at most ``limit`` entries
-        under ``prefix``; returns the rows still unresolved (the key holds more entries)."""
-        pending = dict(own)
+    def read_own(
+        self, it, prefix: bytes, own: list[RowState], limit: int, stop_when_found: bool
+    ) -> list[RowState]:
+        """Fill in the stored weight of the ``own`` delta rows (all under ``prefix``) by reading at
+        most ``limit`` entries from ``it`` (already seeked to ``prefix``); returns the rows still
+        unresolved when the key holds more entries than that. Unless ``stop_when_found``, goes on
+        to the end of the prefix (within ``limit``), where the next side's rows begin."""
+        if len(own) == 1:
+            (d,) = own
+            pending = {d.entry: d}
+        else:
+            pending = {s.entry: s for s in own}
         n = 0
         counted = self.counted
-        while it.valid():
-            entry = it.key()
-            if not entry.startswith(prefix) or n == limit:
+        valid, key, advance = it.valid, it.key, it.next
+        while valid():
+            entry = key()
+            if n == limit or not entry.startswith(prefix):
                 break
             d = pending.pop(entry, None)
             if d is not None:
@@ -214,8 +265,10 @@ class SideArrangement:
                 d.new += t[1]
                 if counted:
                     d.count_old = d.count_new = t[2]
+                if stop_when_found and not pending:
+                    return []
             n += 1
-            it.next()
+            advance()
         return list(pending.values()) if n == limit else []
 
     def scan(self, kb: bytes) -> list[RowState]:
@@ -292,6 +345,18 @@ def merge_states(scanned: list[RowState] | None, changed: list[RowState] | None)
     return list(by_entry.values())
 
 
+def merge_scanned(scanned: list[Scanned] | None, changed: list[RowState] | None) -> list[RowState]:
+    """``merge_states`` for rows read by ``SideArrangement.read_all``."""
+    if not scanned:
+        return changed or []
+    if not changed:
+        return [RowState(row, e, w, w, c) for e, row, w, c in scanned]
+    own = {s.entry: s for s in changed}
+    out = [RowState(row, e, w, w, c) for e, row, w, c in scanned if e not in own]
+    out.extend(changed)
+    return out
+
+
 def weight_delta(states: list[RowState] | None) -> int:
     return sum(s.new - s.old for s in states) if states else 0
 
@@ -350,21 +415,19 @@ class DeltaJoin:
 
     def step(self, d_left: DiffBatch, d_right: DiffBatch) -> JoinStep:
         out = JoinStep()
-        g_left, out.left_nulls = group_by_key(d_left, self.left_key)
-        g_right, out.right_nulls = group_by_key(d_right, self.right_key)
-        ch_left, ch_right, left_scan, right_scan = self._read(g_left, g_right)
+        ch_left, out.left_nulls = group_states(d_left, self.left_key, LEFT)
+        ch_right, out.right_nulls = group_states(d_right, self.right_key, RIGHT)
+        left_scan, right_scan = self._read(ch_left, ch_right)
         tracking = self.track_left or self.track_right
         counting = tracking and self.residual is not None
 
-        # the rows of interest per key: committed rows that pair with a delta, merged with the delta
-        right_rows = {kb: merge_states(right_scan[kb], ch_right.get(kb)) for kb in ch_left}
+        # the rows of interest per key: committed rows that pair with a delta, merged with it
         left_rows: dict[bytes, list[RowState]] = {}
+        right_rows: dict[bytes, list[RowState]] = {}
         if tracking:
             for kb in ch_left.keys() | ch_right.keys():
-                left_rows[kb] = merge_states(left_scan.get(kb), ch_left.get(kb))
-            for kb in ch_right:
-                if kb not in right_rows:
-                    right_rows[kb] = ch_right[kb]
+                left_rows[kb] = merge_scanned(left_scan.get(kb), ch_left.get(kb))
+                right_rows[kb] = merge_scanned(right_scan.get(kb), ch_right.get(kb))
 
         # candidate pairs: ΔA ⋈ B' (delta-left weight * new right weight) and A ⋈ ΔB
         p_rows: list[Row] = []
@@ -377,7 +440,14 @@ class DeltaJoin:
         append_w = p_w.append
         if not counting:
             for kb, lefts in ch_left.items():
-                rights = [(r.row, r.new) for r in right_rows[kb] if r.new]
+                changed = ch_right.get(kb)
+                if changed is None:
+                    rights = [(row, w) for _, row, w, _ in right_scan[kb]]
+                else:
+                    by_entry = {e: (row, w) for e, row, w, _ in right_scan[kb]}
+                    for r in changed:
+                        by_entry[r.entry] = (r.row, r.new)
+                    rights = [rw for rw in by_entry.values() if rw[1]]
                 if not rights:
                     continue
                 for ls in lefts:
@@ -386,14 +456,12 @@ class DeltaJoin:
                     for rrow, rw in rights:
                         append_row(lrow + rrow)
                         append_w(dl * rw)
-            for kb, rights_ch in ch_right.items():
+            for kb, changed in ch_right.items():
                 lefts_old = left_scan[kb]
                 if not lefts_old:
                     continue
-                rights = [(r.row, r.new - r.old) for r in rights_ch]
-                for ls in lefts_old:
-                    lrow = ls.row
-                    lw = ls.old
+                rights = [(r.row, r.new - r.old) for r in changed]
+                for _, lrow, lw, _ in lefts_old:
                     for rrow, dr in rights:
                         append_row(lrow + rrow)
                         append_w(lw * dr)
@@ -411,12 +479,12 @@ class DeltaJoin:
                         p_r.append(rs)
                         p_lc.append(rs.new if is_new else 0)
                         p_rc.append(dl)
-            for kb, rights_ch in ch_right.items():
+            for kb, changed in ch_right.items():
                 # the merged states, so that counts land on the object that gets staged
                 for ls in [s for s in left_rows[kb] if s.old]:
                     lrow = ls.row
                     lw = ls.old
-                    for rs in rights_ch:
+                    for rs in changed:
                         append_row(lrow + rs.row)
                         append_w(lw * (rs.new - rs.old))
                         p_l.append(ls)
@@ -452,48 +520,50 @@ class DeltaJoin:
             self.right.stage(s for lst in ch_right.values() for s in lst)
         return out
 
-    def _read(self, g_left: Groups, g_right: Groups) -> tuple[dict, dict, dict, dict]:
+    def _read(
+        self, ch_left: dict[bytes, list[RowState]], ch_right: dict[bytes, list[RowState]]
+    ) -> tuple[dict[bytes, list[Scanned]], dict[bytes, list[Scanned]]]:
         """One pass over the distinct keys of both deltas, in key order, with one iterator.
 
-        Returns the delta rows' states per key (stored weights filled in) and, per key, all the
-        committed rows of a side whose other side has a delta there.
+        Fills in the stored weight of every delta row and returns, per key, all the committed
+        rows of a side whose other side has a delta there.
         """
         left, right = self.left, self.right
-        ch_left: dict[bytes, list[RowState]] = {}
-        ch_right: dict[bytes, list[RowState]] = {}
-        left_scan: dict[bytes, list[RowState]] = {}
-        right_scan: dict[bytes, list[RowState]] = {}
+        left_scan: dict[bytes, list[Scanned]] = {}
+        right_scan: dict[bytes, list[Scanned]] = {}
         unresolved_left: list[RowState] = []
         unresolved_right: list[RowState] = []
         it = self.table.iterator()
-        keys = sorted((side_prefix(kb, b""), kb) for kb in g_left.keys() | g_right.keys())
+        seek, valid, key = it.seek, it.valid, it.key
+        # side_prefix without the side, sorted: the iterator only moves forward
+        keys = sorted(
+            [
+                (ROWS + len(kb).to_bytes(4, "big") + kb, kb)
+                for kb in ch_left.keys() | ch_right.keys()
+            ]
+        )
         for p, kb in keys:
-            dl, dr = g_left.get(kb), g_right.get(kb)
+            dl, dr = ch_left.get(kb), ch_right.get(kb)
             pl, pr = p + LEFT, p + RIGHT
-            own_l = own_r = None
-            if dl is not None:
-                ch_left[kb] = states = left.delta_states(kb, dl)
-                own_l = {s.entry: s for s in states}
-            if dr is not None:
-                ch_right[kb] = states = right.delta_states(kb, dr)
-                own_r = {s.entry: s for s in states}
-            it.seek(pl)
+            seek(pl)
             if dr is not None:  # the right delta pairs with all of A_k
-                left_scan[kb] = left.read_all(it, pl, own_l)  # stops at the first key >= pr
+                own = {s.entry: s for s in dl} if dl is not None else None
+                left_scan[kb] = left.read_all(it, pl, own)  # stops at the first key >= pr
             else:
                 # a hot key stops after OWN_SCAN_LIMIT rows: point-read its delta rows, skip ahead
-                unresolved_left.extend(left.read_own(it, pl, own_l, OWN_SCAN_LIMIT))
-                if it.valid() and it.key() < pr:
-                    it.seek(pr)
+                unresolved_left.extend(left.read_own(it, pl, dl, OWN_SCAN_LIMIT, False))
+                if valid() and key() < pr:
+                    seek(pr)
             if dl is not None:  # the left delta pairs with all of B_k
-                right_scan[kb] = right.read_all(it, pr, own_r)
+                own = {s.entry: s for s in dr} if dr is not None else None
+                right_scan[kb] = right.read_all(it, pr, own)
             else:
-                unresolved_right.extend(right.read_own(it, pr, own_r, OWN_SCAN_LIMIT))
+                unresolved_right.extend(right.read_own(it, pr, dr, OWN_SCAN_LIMIT, True))
         if unresolved_left:
             left.resolve(unresolved_left)
         if unresolved_right:
             right.resolve(unresolved_right)
-        return ch_left, ch_right, left_scan, right_scan
+        return left_scan, right_scan
 
     def _matches(
         self,
