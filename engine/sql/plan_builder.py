@@ -393,7 +393,9 @@ class _Builder:
             src = self.catalog.lookup(node.db or None, node.name)
             assert src is not None  # checked in _resolve_tables
             fields = tuple(Field(src.name, c.name, c.type, c.nullable) for c in src.columns)
-            return lp.SubqueryAlias(lp.Scan(src.schema, src.name, fields), alias)
+            return lp.SubqueryAlias(
+                lp.Scan(src.schema, src.name, fields, row_estimate=src.row_estimate), alias
+            )
         if isinstance(node, exp.Subquery):
             inner = self.query(node.this, None)
             cols = node.args.get("alias") and node.args["alias"].columns

@@ -1,0 +1,165 @@
+"""Join ordering for chains of inner and cross joins: avoid cross products, small inputs first.
+
+A maximal tree of inner/cross joins (not shared with another parent) is flattened into its
+inputs ("leaves") and the conjuncts of all its conditions. With three or more leaves it is
+rebuilt left-deep in a greedy order: start with the smallest leaf when every leaf's row estimate
+is known (``Scan.row_estimate`` reached through SubqueryAlias/Filter/Project), else with the
+first; then repeatedly take a leaf connected to the joined ones by an equality conjunct (the
+smallest such, or the first in query order without statistics), falling back to a cross product
+only when nothing connects. Each conjunct is placed at the lowest join where all its leaves are
+available. If the resulting column order differs from the original, a Project restores it, so
+the plan's output is unchanged (``remove_passthrough`` drops it where the parent reads columns by
+name). Refused: outer, semi and anti joins (they are leaves, never reordered across), trees with
+fewer than three leaves, conjuncts whose columns cannot be attributed to exactly one leaf, and
+trees already left-deep in the chosen order.
+
+Example (no statistics; t1 and t3 are not related)::
+
+    Inner Join: t2.d = t3.k                      Projection: t1.a, ..., t2.a, t2.d, t3.k, t3.v
+      Cross Join                                   Inner Join: t2.d = t3.k
+        SubqueryAlias: t1                 ->         Inner Join: t1.a = t2.a
+        SubqueryAlias: t3                              SubqueryAlias: t1
+      SubqueryAlias: t2  (with t1.a = t2.a)            SubqueryAlias: t2
+                                                     SubqueryAlias: t3
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from engine.sql import logical_plan as lp
+from engine.sql.logical_plan import LogicalPlan
+from engine.sql.rules.scope import (
+    and_all,
+    conjuncts,
+    key,
+    parent_counts,
+    resolve,
+)
+
+_CHAIN = ("inner", "cross")
+
+
+def order_joins(plan: LogicalPlan) -> LogicalPlan:
+    """Reorder inner/cross join trees (see the module docstring)."""
+    parents = parent_counts(plan)
+    memo: dict[int, LogicalPlan] = {}
+    keep: list[LogicalPlan] = []
+
+    def visit(node: LogicalPlan) -> LogicalPlan:
+        if id(node) in memo:
+            return memo[id(node)]
+        if isinstance(node, lp.Join) and node.kind in _CHAIN:
+            leaves: list[LogicalPlan] = []
+            conds: list[exp.Expression] = []
+            left_deep = _flatten(node, parents, leaves, conds, True)
+            new_leaves = [visit(x) for x in leaves]
+            out = _reorder(node, new_leaves, conds, left_deep)
+            if out is None:
+                out = _rebuild_same(node, parents, iter(new_leaves))
+        else:
+            kids = [visit(c) for c in node.children]
+            out = node.with_children(*kids) if kids else node
+        memo[id(node)] = out
+        keep.append(node)
+        return out
+
+    return visit(plan)
+
+
+def _in_chain(n: LogicalPlan, parents) -> bool:
+    return isinstance(n, lp.Join) and n.kind in _CHAIN and parents.get(id(n), 0) <= 1
+
+
+def _flatten(node: lp.Join, parents, leaves, conds, left_deep: bool) -> bool:
+    for side, child in (("left", node.left), ("right", node.right)):
+        if _in_chain(child, parents):
+            if side == "right":
+                left_deep = False
+            left_deep = _flatten(child, parents, leaves, conds, left_deep)
+        else:
+            leaves.append(child)
+    conds.extend(conjuncts(node.condition))
+    return left_deep
+
+
+def _rebuild_same(node: LogicalPlan, parents, leaves) -> LogicalPlan:
+    """``node`` with its leaves replaced (same shape)."""
+    kids = []
+    for child in (node.left, node.right):
+        kids.append(
+            _rebuild_same(child, parents, leaves) if _in_chain(child, parents) else next(leaves)
+        )
+    return node.with_children(*kids)
+
+
+def row_estimate(node: LogicalPlan) -> int | None:
+    while isinstance(node, (lp.SubqueryAlias, lp.Filter, lp.Project)):
+        node = node.input
+    return node.row_estimate if isinstance(node, lp.Scan) else None
+
+
+def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan | None:
+    n = len(leaves)
+    if n < 3:
+        return None
+    refs: list[set[int]] = []
+    for c in conds:
+        owners: set[int] = set()
+        for col in c.find_all(exp.Column):
+            hits = [i for i, leaf in enumerate(leaves) if resolve(col, leaf.fields) is not None]
+            if len(hits) != 1:
+                return None
+            owners.add(hits[0])
+        refs.append(owners)
+    edges: set[tuple[int, int]] = set()
+    for c, owners in zip(conds, refs, strict=True):
+        if isinstance(c, exp.EQ) and len(owners) == 2:
+            lo = {
+                i
+                for col in c.left.find_all(exp.Column)
+                for i in owners
+                if resolve(col, leaves[i].fields) is not None
+            }
+            ro = {
+                i
+                for col in c.right.find_all(exp.Column)
+                for i in owners
+                if resolve(col, leaves[i].fields) is not None
+            }
+            if len(lo) == 1 and len(ro) == 1 and lo != ro:
+                a, b = lo.pop(), ro.pop()
+                edges.add((a, b))
+                edges.add((b, a))
+    estimates = [row_estimate(leaf) for leaf in leaves]
+    stats = all(e is not None for e in estimates)
+
+    def rank(i: int) -> tuple:
+        return (estimates[i], i) if stats else (i,)
+
+    order = [min(range(n), key=rank)]
+    while len(order) < n:
+        rest = [i for i in range(n) if i not in order]
+        connected = [i for i in rest if any((j, i) in edges for j in order)]
+        order.append(min(connected or rest, key=rank))
+    if order == list(range(n)) and left_deep:
+        return None
+    placed = [False] * len(conds)
+    plan = leaves[order[0]]
+    avail = {order[0]}
+    for i in order[1:]:
+        avail.add(i)
+        here = []
+        for k, c in enumerate(conds):
+            if not placed[k] and refs[k] <= avail:
+                placed[k] = True
+                here.append(c)
+        cond = and_all(here)
+        plan = lp.Join(plan, leaves[i], "inner" if cond is not None else "cross", cond)
+    fields = original.fields
+    if [key(f) for f in plan.fields] == [key(f) for f in fields]:
+        return plan
+    keys = [key(f) for f in fields]
+    if len(set(keys)) != len(keys):
+        return None
+    return lp.Project(plan, tuple(f.ref() for f in fields), fields)
