@@ -25,8 +25,8 @@ import uuid
 
 import psycopg
 
-ROLE = "incview"
-DATABASE = "incview"
+ROLE = "pgtester"  # not "incview": "$user" in search_path would resolve to the incview schema
+DATABASE = "pgtester"
 
 _SETTINGS = {
     "listen_addresses": "'127.0.0.1'",

@@ -52,4 +52,6 @@ class PostgresCatalog:
         qualified = f"{schema}.{name}"
         self.replica_identity[qualified] = REPLICA_IDENTITY.get(replident, replident)
         self.kinds[qualified] = relkind
-        return SourceTable(schema, name, tuple(columns), reltuples if reltuples and reltuples > 0 else None)
+        return SourceTable(
+            schema, name, tuple(columns), reltuples if reltuples and reltuples > 0 else None
+        )

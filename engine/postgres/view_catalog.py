@@ -116,7 +116,9 @@ class ViewCatalog:
         return ViewRecord(*values)
 
     def get(self, name: str) -> ViewRecord | None:
-        row = self.conn.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.views WHERE name = %s", (name,)).fetchone()
+        row = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM {SCHEMA}.views WHERE name = %s", (name,)
+        ).fetchone()
         return self._record(row) if row else None
 
     def all(self) -> list[ViewRecord]:
@@ -157,7 +159,8 @@ class ViewCatalog:
     def applied_lsn(cur: psycopg.Cursor, name: str, lock: bool = False) -> int | None:
         """The view's last applied LSN, read (and row-locked if ``lock``) inside a transaction."""
         row = cur.execute(
-            f"SELECT last_lsn::text FROM {SCHEMA}.views WHERE name = %s" + (" FOR UPDATE" if lock else ""),
+            f"SELECT last_lsn::text FROM {SCHEMA}.views WHERE name = %s"
+            + (" FOR UPDATE" if lock else ""),
             (name,),
         ).fetchone()
         return lsn_to_int(row[0]) if row else None

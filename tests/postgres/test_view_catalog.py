@@ -8,7 +8,9 @@ from engine.postgres.view_catalog import MIGRATIONS, SCHEMA, ViewCatalog, int_to
 def test_created_on_first_use_and_idempotent(pg_conn):
     cat = ViewCatalog.open(pg_conn)
     ViewCatalog.open(pg_conn)
-    version = pg_conn.execute(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'").fetchone()[0]
+    version = pg_conn.execute(
+        f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'"
+    ).fetchone()[0]
     assert int(version) == len(MIGRATIONS)
     cat.insert("v1", "SELECT 1", "public", "v1")
     rec = cat.get("v1")

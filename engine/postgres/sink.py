@@ -1,0 +1,565 @@
+"""The result sink: writes a view's consolidated diffs into its Postgres result table, exactly once.
+
+``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
+``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
+binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd), deletes
+exactly ``|w|`` physical copies of every row with a negative weight (multiset-exact: duplicates
+and NULLs included, rows matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``), inserts
+``w`` copies of every row with a positive weight and records the LSN, so results and LSN commit
+together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
+renamed into place (readers never see a partial table), or, when the result table exists, by
+applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
+its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);
+it must not plan, keep view state, advance replication slots, or write anything in the database
+besides its result table, its staging table and the view's row in ``incview.views``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from operator import itemgetter
+
+import psycopg
+from psycopg import sql
+
+from engine.dataflow.batch import DiffBatch
+from engine.errors import ViewError
+from engine.postgres.view_catalog import ViewCatalog
+from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
+
+# psycopg type names for binary COPY (``Copy.set_types``). The server decodes each field with the
+# *column's* receive function, so string types all travel with the text dumper/loader (psycopg
+# has no binary bpchar dumper) and numeric(p,s) with the plain numeric one.
+COPY_TYPES: dict[TypeKind, str] = {
+    TypeKind.SMALLINT: "int2",
+    TypeKind.INTEGER: "int4",
+    TypeKind.BIGINT: "int8",
+    TypeKind.NUMERIC: "numeric",
+    TypeKind.REAL: "float4",
+    TypeKind.DOUBLE: "float8",
+    TypeKind.TEXT: "text",
+    TypeKind.VARCHAR: "text",
+    TypeKind.CHAR: "text",
+    TypeKind.BOOLEAN: "bool",
+    TypeKind.DATE: "date",
+    TypeKind.TIMESTAMP: "timestamp",
+    TypeKind.TIMESTAMPTZ: "timestamptz",
+    TypeKind.INTERVAL: "interval",
+    TypeKind.TIME: "time",
+    TypeKind.UNKNOWN: "text",
+}
+
+# A value per type that stands in for NULL in the hash-join keys of the multiset delete
+# (``IS NOT DISTINCT FROM`` is not hashable; ``coalesce(x, S) = coalesce(y, S)`` is). A real value
+# equal to S only costs a hash collision: the exact ``IS NOT DISTINCT FROM`` test stays.
+_NULL_STANDIN: dict[TypeKind, str] = {
+    TypeKind.SMALLINT: "-32768",
+    TypeKind.INTEGER: "-2147483648",
+    TypeKind.BIGINT: "-9223372036854775808",
+    TypeKind.NUMERIC: "NaN",
+    TypeKind.REAL: "NaN",
+    TypeKind.DOUBLE: "NaN",
+    TypeKind.TEXT: "\x01incview-null\x01",
+    TypeKind.VARCHAR: "\x01",
+    TypeKind.CHAR: "\x01",
+    TypeKind.BOOLEAN: "false",
+    TypeKind.DATE: "-infinity",
+    TypeKind.TIMESTAMP: "-infinity",
+    TypeKind.TIMESTAMPTZ: "-infinity",
+    TypeKind.INTERVAL: "-177999999 years",
+    TypeKind.TIME: "23:59:59.999999",
+    TypeKind.UNKNOWN: "\x01incview-null\x01",
+}
+
+TX_WORK_MEM = "64MB"
+SESSION_TEMP_BUFFERS = "64MB"
+
+_NARROW_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
+
+
+def _widened(t: SqlType) -> SqlType:
+    """The type of a column in the diff temp tables (narrow ints widened to bigint)."""
+    return BIGINT if t.kind in _NARROW_INTS else t
+
+
+_DIFFS = "incview_sink_diffs"  # temp table of one transaction's diffs (ON COMMIT DROP)
+_LOADED = "incview_sink_loaded"  # temp table of a re-population's new content (ON COMMIT DROP)
+_STAGING_SUFFIX = "__incview_new"
+_MAX_IDENT = 63  # NAMEDATALEN - 1: Postgres truncates longer identifiers silently
+
+
+def staging_name(table: str) -> str:
+    """``<table>__incview_new``, shortened (with a hash) so Postgres never truncates it onto
+    ``table`` itself or onto another table's staging name."""
+    name = table + _STAGING_SUFFIX
+    if len(name.encode()) <= _MAX_IDENT:
+        return name
+    digest = hashlib.sha1(table.encode()).hexdigest()[:8]
+    head = table.encode()[: _MAX_IDENT - len(_STAGING_SUFFIX) - 9].decode(errors="ignore")
+    return f"{head}_{digest}{_STAGING_SUFFIX}"
+
+
+def _count_int(value: object) -> int:
+    return int(value) if value is not None else 0
+
+
+class ResultSink:
+    """Writes one view's diffs into ``schema.table`` over a dedicated autocommit connection.
+
+    ``columns`` are the result table's columns, in order, with their types; rows passed to
+    ``apply``/``populate`` are tuples of the Python values psycopg returns for those types.
+    ``strict`` (default): a delete that finds fewer copies of a row than its weight asks for means
+    the result table no longer matches the view; the transaction is rolled back and ``ViewError``
+    raised (re-populate the view to repair it).
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        view: str,
+        schema: str,
+        table: str,
+        columns: list[tuple[str, SqlType]],
+        *,
+        strict: bool = True,
+    ) -> None:
+        if not conn.autocommit:
+            raise ViewError(
+                f"the result sink of view {view} needs an autocommit connection (it opens one "
+                "transaction per batch itself): connect with psycopg.connect(dsn, autocommit=True)"
+            )
+        if not columns:
+            raise ViewError(f"view {view} has no output columns: a result table needs at least one")
+        names = [n for n, _ in columns]
+        if len(set(names)) != len(names):
+            dups = sorted({n for n in names if names.count(n) > 1})
+            raise ViewError(
+                f"view {view} has duplicate output column names {dups}: give each output "
+                "column a distinct alias (SELECT ... AS name)"
+            )
+        self.conn = conn
+        self.view = view
+        self.schema = schema
+        self.table = table
+        self.columns = list(columns)
+        self.strict = strict
+        self._copy_types = [COPY_TYPES[t.kind] for _, t in columns]
+        # psycopg's binary int2/int4 dumpers wrap out-of-range ints silently (2**40 -> 0): the
+        # diff tables hold them as bigint so the server range-checks them on INSERT, and
+        # population checks them in Python (_check_int_ranges)
+        self._tmp_types = [_widened(t) for _, t in columns]
+        self._tmp_copy_types = [COPY_TYPES[t.kind] for t in self._tmp_types]
+        self._narrow_ints = [
+            (i, n, t) for i, (n, t) in enumerate(columns) if t.kind in _NARROW_INTS
+        ]
+        self._target = sql.Identifier(schema, table)
+        self._staging = sql.Identifier(schema, staging_name(table))
+        self._checked = False
+        self._build_statements()
+        self._configure_session()
+
+    def _configure_session(self) -> None:
+        """Bigger temp-table buffers for the diff tables; Postgres only accepts this before the
+        session first touches a temp table, so on a used connection it is skipped."""
+        with contextlib.suppress(psycopg.errors.InvalidParameterValue):
+            self.conn.execute(f"SET temp_buffers = '{SESSION_TEMP_BUFFERS}'")
+
+    @staticmethod
+    def _local_settings(cur: psycopg.Cursor) -> None:
+        """Per-transaction planner settings (SET LOCAL: nothing leaks into the session).
+
+        No JIT: compiling the delete's expressions costs more than running them. Sorts and
+        hashes of a 100k-diff batch stay in memory. No merge join: the multiset delete must hash
+        the (small) diff table and stream the result table past it, never sort the result table.
+        """
+        cur.execute(
+            f"SET LOCAL jit = off; SET LOCAL work_mem = '{TX_WORK_MEM}'; "
+            "SET LOCAL enable_mergejoin = off"
+        )
+
+    # -- SQL ------------------------------------------------------------------------------------
+    def _build_statements(self) -> None:
+        cols = [sql.Identifier(n) for n, _ in self.columns]
+        pos = [sql.Identifier(f"c{i}") for i in range(len(self.columns))]
+        self._col_list = sql.SQL(", ").join(cols)
+        self._pos_list = sql.SQL(", ").join(pos)
+        # temp-table column definitions: c0 <type>, ..., w bigint
+        self._tmp_defs = sql.SQL(", ").join(
+            [
+                sql.SQL("{} {}").format(p, sql.SQL(t.sql()))
+                for p, t in zip(pos, self._tmp_types, strict=True)
+            ]
+            + [sql.SQL("w bigint NOT NULL")]
+        )
+        self._target_defs = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
+            for c, (_, t) in zip(cols, self.columns, strict=True)
+        )
+        hash_keys = []
+        exact = []
+        for c, p, (_, t), tt in zip(cols, pos, self.columns, self._tmp_types, strict=True):
+            standin = sql.Literal(_NULL_STANDIN[t.kind])
+            hash_keys.append(
+                sql.SQL("coalesce(t.{c}, {s}::{t}) = coalesce(d.{p}, {s}::{tt})").format(
+                    c=c, p=p, s=standin, t=sql.SQL(t.sql()), tt=sql.SQL(tt.sql())
+                )
+            )
+            exact.append(sql.SQL("t.{} IS NOT DISTINCT FROM d.{}").format(c, p))
+        self._match = sql.SQL(" AND ").join(hash_keys + exact)
+
+    def _delete_sql(self, target: sql.Composable, source: str) -> sql.Composed:
+        """Delete ``-w`` physical copies (by ctid) of every row of ``source`` with ``w < 0``."""
+        return sql.SQL(
+            "DELETE FROM {target} AS x USING ("
+            " SELECT m.tid FROM ("
+            "  SELECT t.ctid AS tid, -d.w AS n,"
+            "   row_number() OVER (PARTITION BY d.ctid) AS k"
+            "  FROM {source} AS d JOIN {target} AS t ON {match}"
+            "  WHERE d.w < 0) AS m"
+            " WHERE m.k <= m.n) AS s "
+            "WHERE x.ctid = s.tid"
+        ).format(target=target, source=sql.Identifier(source), match=self._match)
+
+    def _insert_sql(self, target: sql.Composable, source: str, single: bool) -> sql.Composed:
+        """Insert ``w`` copies of every row of ``source`` with ``w = 1`` (single) / ``w > 1``."""
+        if single:
+            return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE w = 1").format(
+                target, self._col_list, self._pos_list, sql.Identifier(source)
+            )
+        return sql.SQL(
+            "INSERT INTO {} ({}) SELECT {} FROM {} AS d CROSS JOIN LATERAL generate_series(1, d.w)"
+            " WHERE d.w > 1"
+        ).format(target, self._col_list, sql.SQL(", ").join(
+            sql.SQL("d.{}").format(sql.Identifier(f"c{i}")) for i in range(len(self.columns))
+        ), sql.Identifier(source))  # fmt: skip
+
+    def _create_tmp(self, cur: psycopg.Cursor, name: str) -> None:
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
+                sql.Identifier(name), self._tmp_defs
+            )
+        )
+
+    def _copy_weighted(
+        self, cur: psycopg.Cursor, name: str, pairs: Iterable[tuple[tuple, int]]
+    ) -> None:
+        """Binary-COPY ``(row, weight)`` pairs into the temp table ``name`` (streamed)."""
+        with cur.copy(
+            sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(sql.Identifier(name))
+        ) as cp:
+            cp.set_types([*self._tmp_copy_types, "int8"])
+            write = cp.write_row
+            for row, w in pairs:
+                write((*row, w))
+
+    # -- checks ---------------------------------------------------------------------------------
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def _lock_view(self, cur: psycopg.Cursor) -> int | None:
+        try:
+            lsn = ViewCatalog.applied_lsn(cur, self.view, lock=True)
+        except psycopg.errors.UndefinedTable:
+            raise ViewError(
+                f"the incview catalog (incview.views) does not exist in this database, so view "
+                f"{self.view} cannot record what it applied: open it with ViewCatalog.open(conn)"
+            ) from None
+        if cur.rowcount == 0:
+            raise ViewError(
+                f"view {self.view} is not registered in incview.views, so its sink cannot record "
+                "the applied LSN: create the view (ViewCatalog.insert) before writing results"
+            )
+        return lsn
+
+    def _check_int_ranges(self, rows: list[tuple]) -> None:
+        for i, name, t in self._narrow_ints:
+            values = [v for v in map(itemgetter(i), rows) if v is not None]
+            if not values:
+                continue
+            lo, hi, message = INT_RANGES[t.kind]
+            bad = [v for v in (min(values), max(values)) if not lo <= v <= hi]
+            if bad:
+                raise ViewError(
+                    f"{message}: view {self.view} produced {bad[0]} for column {name} "
+                    f"({t.sql()}) of result table {self.qualified_name}; nothing was written"
+                )
+
+    def _table_columns(
+        self, cur: psycopg.Cursor, ident: sql.Identifier
+    ) -> list[tuple[str, str]] | None:
+        row = cur.execute("SELECT to_regclass(%s)::oid", (ident.as_string(cur),)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        cols = cur.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (row[0],),
+        ).fetchall()
+        return [(n, t) for n, t in cols]
+
+    def _check_table(self, cur: psycopg.Cursor) -> bool:
+        """Whether the result table exists; raises if its columns differ from the view's."""
+        cols = self._table_columns(cur, self._target)
+        if cols is None:
+            return False
+        expected = [(n, t.sql()) for n, t in self.columns]
+        ok = len(cols) == len(expected)
+        if ok:
+            for (name, type_name), (want_name, want_t) in zip(cols, self.columns, strict=True):
+                try:
+                    kind = from_pg_name(type_name).kind
+                except ValueError:
+                    kind = None
+                if name != want_name or kind is not want_t.kind:
+                    ok = False
+                    break
+        if not ok:
+            raise ViewError(
+                f"result table {self.qualified_name} of view {self.view} has columns {cols}, but "
+                f"the view produces {expected}: drop the table (or the view) and re-create the view"
+            )
+        return True
+
+    def _wrap(self, what: str, err: Exception) -> ViewError:
+        return ViewError(
+            f"{what} into result table {self.qualified_name} of view {self.view} failed and was "
+            f"rolled back (no rows and no LSN changed): {type(err).__name__}: {err}"
+        )
+
+    # -- running phase --------------------------------------------------------------------------
+    def apply(
+        self,
+        diffs: DiffBatch,
+        lsn: int,
+        commit_time: datetime | None = None,
+        *,
+        consolidate: bool = False,
+    ) -> bool:
+        """Apply one time's diffs and record ``lsn``, in one transaction; returns False (and
+        writes nothing) if the view already reflects ``lsn``.
+
+        ``diffs`` must be consolidated (distinct rows, what the dataflow's sink emits per time);
+        pass ``consolidate=True`` to have it done here (costs a dict update per diff). With
+        ``strict`` on, a repeated row with negative weight makes the delete find too few rows
+        and raises instead of writing a wrong result.
+        """
+        start = time.perf_counter()
+        if consolidate:
+            diffs = diffs.consolidate()
+        ws = diffs.weights
+        n_del = -sum(w for w in ws if w < 0)
+        n_ins = sum(w for w in ws if w > 0)
+        multi = n_ins > 0 and max(ws) > 1
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                applied = self._lock_view(cur)
+                if applied is not None and applied >= lsn:
+                    return False
+                if not self._checked:
+                    if not self._check_table(cur):
+                        raise ViewError(
+                            f"result table {self.qualified_name} of view {self.view} does not "
+                            "exist: populate the view before applying changes"
+                        )
+                    self._checked = True
+                if n_del or n_ins:
+                    pairs = zip(diffs.rows, ws, strict=True)
+                    self._write_diffs(cur, self._target, _DIFFS, pairs, n_del, n_ins, multi)
+                ms = (time.perf_counter() - start) * 1000.0
+                ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, commit_time)
+        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
+            raise self._wrap(f"applying {len(diffs)} diffs at LSN {lsn:X}", e) from e
+        return True
+
+    def _write_diffs(
+        self,
+        cur: psycopg.Cursor,
+        target: sql.Composable,
+        tmp: str,
+        pairs: Iterable[tuple[tuple, int]],
+        n_del: int,
+        n_ins: int,
+        multi: bool,
+    ) -> None:
+        """COPY consolidated ``pairs`` into temp table ``tmp``, then delete and insert in ``target``."""
+        self._local_settings(cur)
+        self._create_tmp(cur, tmp)
+        self._copy_weighted(cur, tmp, pairs)
+        self._apply_tmp(cur, target, tmp, n_del, n_ins, multi)
+
+    def _apply_tmp(
+        self,
+        cur: psycopg.Cursor,
+        target: sql.Composable,
+        tmp: str,
+        n_del: int,
+        n_ins: int,
+        multi: bool,
+    ) -> None:
+        if n_del:
+            cur.execute(self._delete_sql(target, tmp))
+            if self.strict and cur.rowcount != n_del:
+                raise ViewError(
+                    f"result table {self.qualified_name} of view {self.view} no longer matches "
+                    f"the view: {n_del - cur.rowcount} of {n_del} rows to delete were not found "
+                    "(was the table changed outside incview?); re-populate the view to repair it"
+                )
+        if n_ins:
+            cur.execute(self._insert_sql(target, tmp, single=True))
+            if multi:
+                cur.execute(self._insert_sql(target, tmp, single=False))
+
+    # -- population -----------------------------------------------------------------------------
+    def populate(self, batches: Iterable[DiffBatch], lsn: int) -> int:
+        """Write the view's whole content (as of ``lsn``) and record ``lsn``; returns the rows
+        written: the new table's row count, or the rows inserted + deleted in an existing table.
+
+        New table: created as ``<table>__incview_new``, filled by binary COPY, then renamed into
+        place in the transaction that records the LSN. Existing table (re-population): the new
+        content is loaded into a temp table and only the multiset difference is applied, in one
+        transaction. Weights must net to >= 0 per row (negative diffs retract earlier rows).
+        """
+        start = time.perf_counter()
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                exists = self._check_table(cur)
+            if exists:
+                with self.conn.transaction(), self.conn.cursor() as cur:
+                    written = self._repopulate(cur, batches, lsn, start)
+            else:
+                written = self._populate_new(batches, lsn, start)
+        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
+            raise self._wrap(f"populating (LSN {lsn:X})", e) from e
+        self._checked = True
+        return written
+
+    def _populate_new(self, batches: Iterable[DiffBatch], lsn: int, start: float) -> int:
+        conn = self.conn
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+        retract: dict[tuple, int] = {}
+        inserted = 0
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
+            cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._staging, self._target_defs))
+            with cur.copy(
+                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY, FREEZE)").format(
+                    self._staging, self._col_list
+                )
+            ) as cp:
+                cp.set_types(self._copy_types)
+                write = cp.write_row
+                for batch in batches:
+                    if self._narrow_ints:
+                        self._check_int_ranges(batch.rows)
+                    ws = batch.weights
+                    if all(w == 1 for w in ws):
+                        for row in batch.rows:
+                            write(row)
+                        inserted += len(ws)
+                        continue
+                    for row, w in zip(batch.rows, ws, strict=True):
+                        if w > 0:
+                            inserted += w
+                            for _ in range(w):
+                                write(row)
+                        elif w < 0:
+                            retract[row] = retract.get(row, 0) + w
+        deleted = 0
+        with conn.transaction(), conn.cursor() as cur:
+            self._lock_view(cur)
+            if retract:
+                deleted = -sum(retract.values())
+                # strict regardless of self.strict: a population may not retract missing rows
+                strict, self.strict = self.strict, True
+                try:
+                    self._write_diffs(
+                        cur, self._staging, _DIFFS, retract.items(), deleted, 0, False
+                    )
+                finally:
+                    self.strict = strict
+            if self._table_columns(cur, self._target) is not None:
+                raise ViewError(
+                    f"result table {self.qualified_name} of view {self.view} was created by "
+                    "someone else while the view was populating: drop it and populate again"
+                )
+            cur.execute(
+                sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    self._staging, sql.Identifier(self.table)
+                )
+            )
+            ms = (time.perf_counter() - start) * 1000.0
+            ViewCatalog.record_applied(cur, self.view, lsn, inserted - deleted, ms, None)
+        return inserted - deleted
+
+    def _repopulate(
+        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], lsn: int, start: float
+    ) -> int:
+        self._lock_view(cur)
+        self._local_settings(cur)
+        # readers keep reading; other writers of the result table wait until we commit
+        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(self._target))
+        self._create_tmp(cur, _LOADED)
+        self._copy_weighted(cur, _LOADED, _pairs(batches))
+        t_cols = sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"c{i}"))
+            for i, (n, _) in enumerate(self.columns)
+        )
+        cur.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {diffs} ON COMMIT DROP AS "
+                "SELECT {pos}, sum(w)::bigint AS w FROM ("
+                " SELECT {pos}, w FROM {loaded}"
+                " UNION ALL SELECT {t_cols}, -1 AS w FROM {target}) AS u "
+                "GROUP BY {pos} HAVING sum(w) <> 0"
+            ).format(
+                diffs=sql.Identifier(_DIFFS),
+                pos=self._pos_list,
+                loaded=sql.Identifier(_LOADED),
+                t_cols=t_cols,
+                target=self._target,
+            )
+        )
+        row = cur.execute(
+            sql.SQL(
+                "SELECT coalesce(sum(-w) FILTER (WHERE w < 0), 0),"
+                " coalesce(sum(w) FILTER (WHERE w > 0), 0), coalesce(max(w), 0) FROM {}"
+            ).format(sql.Identifier(_DIFFS))
+        ).fetchone()
+        assert row is not None
+        n_del, n_ins, max_w = (_count_int(v) for v in row)
+        self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, max_w > 1)
+        ms = (time.perf_counter() - start) * 1000.0
+        ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, None)
+        return n_del + n_ins
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    def drop(self) -> None:
+        """Drop the result table and any staging table a failed population left behind."""
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._target))
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
+        self._checked = False
+
+    def exists(self) -> bool:
+        with self.conn.cursor() as cur:
+            return self._table_columns(cur, self._target) is not None
+
+    def row_count(self) -> int:
+        """The result table's row count (a full count, not an estimate)."""
+        row = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._target)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def _pairs(batches: Iterable[DiffBatch]) -> Iterator[tuple[tuple, int]]:
+    for batch in batches:
+        yield from zip(batch.rows, batch.weights, strict=True)

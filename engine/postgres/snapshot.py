@@ -1,0 +1,266 @@
+"""Population reads: a source table's rows under one consistent snapshot, as insert-only DiffBatches.
+
+``read_table(conn_or_conninfo, table, columns, where_sql, snapshot_name)`` runs
+``COPY (SELECT <columns> FROM schema.table [WHERE ...]) TO STDOUT (FORMAT BINARY)`` inside a
+REPEATABLE READ READ ONLY transaction (importing ``snapshot_name`` with ``SET TRANSACTION
+SNAPSHOT`` when given, e.g. the one ``CdcReader.exported_snapshot()`` exported with the slot) and
+yields ``DiffBatch.inserts`` of up to ``batch_rows`` rows. Values arrive exactly as the CDC
+decoder (``engine.postgres.values``) produces them: ``int``, ``Decimal``, ``float``, ``str``,
+``bool``, ``date``, naive/UTC-aware ``datetime``, ``time``, ``timedelta`` (``real`` is read
+through its shortest text form, as pgoutput sends it, so 0.1::real reads as 0.1). Given a
+conninfo string, it opens and closes its own connection; given an idle connection, it runs its own
+transaction on it (restoring the connection's isolation settings afterwards); given a connection
+already inside a REPEATABLE READ transaction, it reads in that transaction and leaves it open.
+This module must not write to the database, create slots, or filter CDC transactions itself.
+
+When the slot already exists, several tables must be read in ONE transaction together with that
+transaction's ``pg_current_snapshot()`` (the caller then skips CDC transactions visible in it,
+``cdc.visible_in_snapshot``)::
+
+    with snapshot_reader(dsn) as snap:        # BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
+        snap.snapshot                         # PgSnapshot of this very transaction
+        for batch in snap.read_table(orders, ["id", "amount"], "amount > 0"):
+            ...
+        for batch in snap.read_table(customers, ["id", "name"]):
+            ...
+        snap.export_snapshot()                # name for parallel readers (SET TRANSACTION SNAPSHOT)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from itertools import islice
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+
+from engine.dataflow.batch import DiffBatch
+from engine.errors import ViewError
+from engine.postgres.cdc import PgSnapshot, current_snapshot
+from engine.postgres.sink import COPY_TYPES
+from engine.sql.catalog import SourceTable
+from engine.sql.types import TypeKind
+
+Progress = Callable[[int, int | None], None]
+
+# Settings of the reading transaction (SET LOCAL): the values must come out as the CDC decoder
+# gives them, i.e. timestamptz in UTC and real through its shortest round-trip text form.
+_LOCAL_SETTINGS = "SET LOCAL TIME ZONE 'UTC'; SET LOCAL extra_float_digits = 1"
+_SNAPSHOT_ISOLATION = ("repeatable read", "serializable")
+
+
+def _display(table: SourceTable) -> str:
+    return table.qualified_name
+
+
+def _copy_query(
+    table: SourceTable, columns: list[str], where_sql: str | None
+) -> tuple[sql.Composed, list[str]]:
+    """The ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` statement and the COPY type names."""
+    by_name = {c.name: c for c in table.columns}
+    missing = [c for c in columns if c not in by_name]
+    if missing:
+        raise ViewError(
+            f"table {_display(table)} has no column(s) {missing} (it has "
+            f"{[c.name for c in table.columns]}): re-create the view against the table's "
+            "current columns"
+        )
+    items: list[sql.Composable] = []
+    types: list[str] = []
+    for name in columns:
+        t = by_name[name].type
+        ident = sql.Identifier(name)
+        if t.kind is TypeKind.REAL:
+            # binary float4 widened to float8 would read 0.1 as 0.10000000149011612; pgoutput
+            # sends the shortest text form, which Python parses as 0.1
+            items.append(sql.SQL("{}::text::float8").format(ident))
+            types.append("float8")
+        else:
+            items.append(ident)
+            types.append(COPY_TYPES[t.kind])
+    select = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(items) if items else sql.SQL(""),
+        sql.Identifier(table.schema, table.name),
+    )
+    if where_sql:
+        select = sql.SQL("{} WHERE {}").format(select, sql.SQL(where_sql))
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(select), types
+
+
+def _row_estimate(cur: psycopg.Cursor, table: SourceTable) -> int | None:
+    row = cur.execute(
+        "SELECT c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (table.schema, table.name),
+    ).fetchone()
+    if row is None or row[0] is None or row[0] < 0:  # -1: never vacuumed/analyzed
+        return None
+    return int(row[0])
+
+
+def _copy_rows(
+    conn: psycopg.Connection,
+    table: SourceTable,
+    columns: list[str],
+    where_sql: str | None,
+    batch_rows: int,
+    progress: Progress | None,
+) -> Iterator[DiffBatch]:
+    """COPY the rows out inside ``conn``'s current transaction."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    query, types = _copy_query(table, columns, where_sql)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(_LOCAL_SETTINGS)
+            estimate = _row_estimate(cur, table) if progress is not None else None
+            done = 0
+            with cur.copy(query) as cp:
+                cp.set_types(types)
+                rows_iter = cp.rows()
+                while True:
+                    chunk = list(islice(rows_iter, batch_rows))
+                    if not chunk:
+                        break
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, estimate)
+                    yield DiffBatch(chunk, [1] * len(chunk))
+            if progress is not None and done == 0:
+                progress(0, estimate)
+    except psycopg.errors.UndefinedTable as e:
+        raise ViewError(
+            f"source table {_display(table)} does not exist (any more): re-create the view "
+            f"against an existing table ({e.diag.message_primary})"
+        ) from e
+    except psycopg.errors.UndefinedColumn as e:
+        raise ViewError(
+            f"reading table {_display(table)} failed: {e.diag.message_primary}; the table's "
+            "columns changed since the view was planned: re-create the view"
+        ) from e
+    except psycopg.DataError as e:
+        raise ViewError(
+            f"table {_display(table)} holds a value incview cannot represent in Python "
+            f"({e}); change or filter out that value (e.g. infinite dates) and populate again"
+        ) from e
+
+
+def _require_snapshot_tx(conn: psycopg.Connection, snapshot_name: str | None) -> None:
+    if snapshot_name is not None:
+        raise ViewError(
+            f"cannot import snapshot {snapshot_name}: the connection is already inside a "
+            "transaction, and SET TRANSACTION SNAPSHOT must be its first statement; pass an "
+            "idle connection or a conninfo string"
+        )
+    row = conn.execute("SELECT current_setting('transaction_isolation')").fetchone()
+    level = row[0] if row else None
+    if level not in _SNAPSHOT_ISOLATION:
+        raise ViewError(
+            f"population reads need a REPEATABLE READ transaction, but the connection's "
+            f"transaction runs at {level}: use snapshot_reader() or pass an idle connection"
+        )
+
+
+@contextlib.contextmanager
+def _repeatable_read(
+    conn: psycopg.Connection, snapshot_name: str | None
+) -> Iterator[psycopg.Connection]:
+    """A REPEATABLE READ READ ONLY transaction on the idle ``conn`` (attributes restored after)."""
+    saved = (conn.isolation_level, conn.read_only)
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            if snapshot_name is not None:
+                try:
+                    conn.execute(
+                        sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name))
+                    )
+                except psycopg.Error as e:
+                    raise ViewError(
+                        f"cannot import snapshot {snapshot_name!r}: {e.diag.message_primary or e}; "
+                        "an exported snapshot lives only while the transaction or replication "
+                        "connection that exported it stays open"
+                    ) from e
+            yield conn
+    finally:
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.isolation_level, conn.read_only = saved
+
+
+def read_table(
+    conn_or_conninfo: psycopg.Connection | str,
+    table: SourceTable,
+    columns: list[str],
+    where_sql: str | None = None,
+    snapshot_name: str | None = None,
+    batch_rows: int = 50_000,
+    progress: Progress | None = None,
+) -> Iterator[DiffBatch]:
+    """Yield ``table``'s rows (``columns``, filtered by ``where_sql``) as insert-only batches.
+
+    ``progress(rows_copied, estimate)`` is called after every batch (and once with 0 for an
+    empty result); ``estimate`` is ``pg_class.reltuples`` of the whole table, None when unknown.
+    See the module docstring for which transaction the rows are read in.
+    """
+    if isinstance(conn_or_conninfo, str):
+        conn = psycopg.connect(conn_or_conninfo, autocommit=True)
+        try:
+            with _repeatable_read(conn, snapshot_name):
+                yield from _copy_rows(conn, table, columns, where_sql, batch_rows, progress)
+        finally:
+            conn.close()
+        return
+    conn = conn_or_conninfo
+    if conn.info.transaction_status == TransactionStatus.IDLE:
+        with _repeatable_read(conn, snapshot_name):
+            yield from _copy_rows(conn, table, columns, where_sql, batch_rows, progress)
+    else:
+        _require_snapshot_tx(conn, snapshot_name)
+        yield from _copy_rows(conn, table, columns, where_sql, batch_rows, progress)
+
+
+class SnapshotReader:
+    """Reads several tables in ONE REPEATABLE READ READ ONLY transaction (see ``snapshot_reader``).
+
+    ``snapshot`` is that transaction's ``pg_current_snapshot()``: a CDC transaction is already in
+    the population data exactly when ``visible_in_snapshot(xid, snapshot)``.
+    """
+
+    def __init__(self, conn: psycopg.Connection, snapshot: PgSnapshot) -> None:
+        self.conn = conn
+        self.snapshot = snapshot
+
+    def read_table(
+        self,
+        table: SourceTable,
+        columns: list[str],
+        where_sql: str | None = None,
+        batch_rows: int = 50_000,
+        progress: Progress | None = None,
+    ) -> Iterator[DiffBatch]:
+        """As ``read_table``, in this reader's transaction. Consume each iterator fully (or
+        close it) before starting the next one: the connection runs one COPY at a time."""
+        return _copy_rows(self.conn, table, columns, where_sql, batch_rows, progress)
+
+    def export_snapshot(self) -> str:
+        """``pg_export_snapshot()``: other connections can read this same snapshot with
+        ``read_table(..., snapshot_name=...)`` while this reader stays open (parallel reads)."""
+        row = self.conn.execute("SELECT pg_export_snapshot()").fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+@contextlib.contextmanager
+def snapshot_reader(conninfo: str, snapshot_name: str | None = None) -> Iterator[SnapshotReader]:
+    """Open a connection and a REPEATABLE READ READ ONLY transaction (importing ``snapshot_name``
+    if given), take ``pg_current_snapshot()`` as its first query, and yield a ``SnapshotReader``.
+    The transaction ends (read-only: nothing to commit) and the connection closes on exit."""
+    conn = psycopg.connect(conninfo, autocommit=True)
+    try:
+        with _repeatable_read(conn, snapshot_name):
+            yield SnapshotReader(conn, current_snapshot(conn))
+    finally:
+        conn.close()
