@@ -1,31 +1,95 @@
-"""The ``incview`` command line. Verbs are added as the engine grows; today: ``demo``.
+"""The ``incview`` command line: the Engine's verbs, plus ``demo``.
 
-Each verb parses its arguments and calls the engine; no logic lives here.
+``--dsn`` (or env ``INCVIEW_DSN``) names the database, ``--state-dir`` (or ``INCVIEW_STATE_DIR``)
+the state directory. Each verb parses its arguments and calls the engine; no logic lives here.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+
+def _engine(args):
+    from engine.engine import Engine
+
+    if not args.dsn:
+        raise SystemExit(
+            "incview: give --dsn or set INCVIEW_DSN (the embedded Postgres is not available yet)"
+        )
+    return Engine(args.dsn, args.state_dir, runner=args.runner)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="incview", description="Incremental materialized views over PostgreSQL."
     )
+    parser.add_argument(
+        "--dsn", default=os.environ.get("INCVIEW_DSN"), help="Postgres connection string"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=os.environ.get("INCVIEW_STATE_DIR", ".incview"),
+        help="where view state lives",
+    )
+    parser.add_argument(
+        "--runner",
+        default="local",
+        choices=["local", "spark"],
+        help="in-process (local) or Spark (coming)",
+    )
     verbs = parser.add_subparsers(dest="verb", required=True)
+    create = verbs.add_parser("create-view", help="plan, populate and start maintaining a view")
+    create.add_argument("name")
+    create.add_argument("sql")
+    drop = verbs.add_parser("drop-view", help="drop a view, its result table and state")
+    drop.add_argument("name")
+    catch = verbs.add_parser("catch-up", help="apply every change committed so far to every view")
+    catch.add_argument("--timeout", type=float, default=60.0)
+    verbs.add_parser("list-views", help="views with phase, lag, rows, state size, last error")
+    explain = verbs.add_parser("explain", help="print the logical, optimized and physical plans")
+    explain.add_argument("sql")
     demo = verbs.add_parser(
         "demo", help="run the demo: views maintained while a writer changes the data"
     )
     demo.add_argument("--seconds", type=float, default=15.0, help="how long the writer runs")
     demo.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    if args.verb == "demo":
-        from engine.demo import run_demo
 
-        return run_demo(seconds=args.seconds, seed=args.seed)
-    parser.error(f"unknown verb {args.verb}")
-    return 2
+    from engine.errors import IncviewError
+
+    try:
+        if args.verb == "demo":
+            from engine.demo import run_demo
+
+            return run_demo(seconds=args.seconds, seed=args.seed)
+        with _engine(args) as eng:
+            if args.verb == "create-view":
+                eng.create_view(args.name, args.sql)
+                print(f"view {args.name} created")
+            elif args.verb == "drop-view":
+                eng.drop_view(args.name)
+                print(f"view {args.name} dropped")
+            elif args.verb == "catch-up":
+                eng.catch_up(timeout_s=args.timeout)
+                print("all views caught up")
+            elif args.verb == "list-views":
+                print(
+                    f"{'name':<30} {'phase':<11} {'lag ms':>8} {'rows':>10} {'state':>10}  last error"
+                )
+                for v in eng.list_views():
+                    lag = "-" if v.lag_ms is None else f"{v.lag_ms:.0f}"
+                    rows = "-" if v.rows is None else str(v.rows)
+                    print(
+                        f"{v.name:<30} {v.phase:<11} {lag:>8} {rows:>10} {v.state_bytes:>10}  {v.last_error or ''}"
+                    )
+            elif args.verb == "explain":
+                print(eng.explain(args.sql))
+    except IncviewError as e:
+        print(f"incview: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
