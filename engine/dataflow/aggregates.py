@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from engine.numeric import pg_numeric_div
+
 KINDS = frozenset(
     {
         "count_star",
@@ -259,46 +261,7 @@ def avg_result(acc: list | None) -> Any:
     scale = _max_scale(acc)
     if scale is not None:
         total = Decimal(total).quantize(Decimal((0, (1,), -scale)), context=EXACT)
-    return numeric_div(Decimal(total), n, scale or 0)
-
-
-# -- Postgres numeric division ---------------------------------------------------------------------
-_MIN_SIG_DIGITS = 16  # NUMERIC_MIN_SIG_DIGITS
-_MAX_DISPLAY_SCALE = 1000  # NUMERIC_MAX_DISPLAY_SCALE
-
-
-def _weight_and_first_digit(x: Decimal) -> tuple[int, int]:
-    """Postgres' base-10000 weight and leading digit of ``x`` (0, 0 for zero)."""
-    if not x:
-        return 0, 0
-    weight = x.adjusted() // 4
-    return weight, int(x.copy_abs().scaleb(-4 * weight, context=EXACT))
-
-
-def numeric_div(x: Decimal, n: int, x_scale: int) -> Decimal:
-    """``x / n`` as Postgres' ``numeric_div`` computes it (``n`` > 0 an integer of scale 0).
-
-    The result scale is ``select_div_scale``'s: at least 16 significant digits and not less than
-    the dividend's display scale; the quotient is rounded half away from zero at that scale.
-
-    >>> numeric_div(Decimal(3), 2, 0)
-    Decimal('1.5000000000000000')
-    """
-    w1, d1 = _weight_and_first_digit(x)
-    w2, d2 = _weight_and_first_digit(Decimal(n))
-    qweight = w1 - w2 - (1 if d1 <= d2 else 0)
-    rscale = min(max(_MIN_SIG_DIGITS - qweight * 4, x_scale, 0), _MAX_DISPLAY_SCALE)
-    sign, _, exp = x.as_tuple()
-    coeff = int(x.copy_abs().scaleb(-exp, context=EXACT))
-    e = exp + rscale
-    if e >= 0:
-        num, den = coeff * 10**e, n
-    else:
-        num, den = coeff, n * 10 ** (-e)
-    q, r = divmod(num, den)
-    if 2 * r >= den:
-        q += 1
-    return Decimal((sign if q else 0, tuple(map(int, str(q))), -rscale))
+    return pg_numeric_div(Decimal(total), n)
 
 
 # -- bool_and / bool_or ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
 from engine.dataflow.errs import EvalError
+from engine.numeric import pg_numeric_div
 
 NUMERIC_CONTEXT = decimal.Context(
     prec=decimal.MAX_PREC,
@@ -71,53 +72,13 @@ def int_range_check(v: int, lo: int, hi: int, message: str) -> int:
 # --- numeric ----------------------------------------------------------------------------------
 
 
-def _weight_first(d: Decimal) -> tuple[int, int]:
-    """Postgres' base-10000 weight and first digit of a non-zero numeric."""
-    _sign, digits, exp = d.as_tuple()
-    coef = int("".join(map(str, digits)))
-    adjusted = len(digits) - 1 + exp
-    weight = adjusted // 4
-    shift = exp - 4 * weight
-    first = coef * 10**shift if shift >= 0 else coef // 10 ** (-shift)
-    return weight, first
-
-
-def dscale(d: Decimal) -> int:
-    exp = d.as_tuple().exponent
-    return -exp if isinstance(exp, int) and exp < 0 else 0
-
-
 def numeric_div(a: Decimal | int, b: Decimal | int) -> Decimal:
     """Postgres ``numeric / numeric``: result scale from ``select_div_scale``, rounded half away."""
-    if not isinstance(a, Decimal):
-        a = Decimal(a)
-    if not isinstance(b, Decimal):
-        b = Decimal(b)
     if b == 0:
         raise EvalError("division by zero")
-    if not (a.is_finite() and b.is_finite()):
-        return NUMERIC_CONTEXT.divide(a, b)
-    w1, f1 = _weight_first(a) if a != 0 else (0, 0)
-    w2, f2 = _weight_first(b)
-    qweight = w1 - w2
-    if f1 <= f2:
-        qweight -= 1
-    rscale = max(16 - qweight * 4, dscale(a), dscale(b), 0)
-    rscale = min(rscale, 1000)
-    sa, da, ea = a.as_tuple()
-    sb, db, eb = b.as_tuple()
-    ca = int("".join(map(str, da)))
-    cb = int("".join(map(str, db)))
-    k = ea - eb + rscale
-    if k >= 0:
-        num, den = ca * 10**k, cb
-    else:
-        num, den = ca, cb * 10 ** (-k)
-    q, rem = divmod(num, den)
-    if 2 * rem >= den:
-        q += 1
-    neg = bool(sa) != bool(sb) and q != 0
-    return Decimal(f"{'-' if neg else ''}{q}E-{rscale}")
+    if not (Decimal(a).is_finite() and Decimal(b).is_finite()):
+        return NUMERIC_CONTEXT.divide(Decimal(a), Decimal(b))
+    return pg_numeric_div(a, b)
 
 
 def numeric_mod(a: Decimal | int, b: Decimal | int) -> Decimal:
