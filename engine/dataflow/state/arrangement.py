@@ -32,10 +32,12 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.errs import BatchFn, evaluate
-from engine.dataflow.state.keycodec import encode_key
+from engine.dataflow.state.keycodec import _NEEDS_NORMALIZING, encode_key
 from engine.dataflow.state.store import StateTable
 
 ROWS = b"\x01"
@@ -51,6 +53,7 @@ OWN_SCAN_LIMIT = 16
 _dumps = pickle.dumps
 _loads = pickle.loads
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_NONE_TYPE = type(None)
 
 
 def key_prefix(tag: bytes, name: bytes) -> bytes:
@@ -122,29 +125,63 @@ def group_states(
     groups: dict[bytes, list[RowState]] = {}
     prefixes: dict[bytes, bytes] = {}
     nulls = DiffBatch()
-    single = len(indices) == 1
-    i = indices[0] if single else -1
-    for r, w in zip(batch.rows, batch.weights, strict=True):
-        if single:
+    get_prefix = prefixes.get
+    # encode_key inlined: a value of any type but these encodes as its repr
+    normalizing = _NEEDS_NORMALIZING
+    isdisjoint = normalizing.isdisjoint
+    rows, weights = batch.rows, batch.weights
+    if len(indices) == 1:
+        (i,) = indices
+        keys = list(map(itemgetter(i), rows))
+        key_types = set(map(type, keys))
+        if (
+            _NONE_TYPE not in key_types
+            and isdisjoint(key_types)
+            and isdisjoint(set(map(type, chain.from_iterable(rows))))
+        ):
+            # the common case in bulk: no NULL key, nothing to normalize, so every encode_key
+            # is a repr ((v,) for a key: zip of one list gives the 1-tuples)
+            if len(rows) != len(weights):
+                raise ValueError("rows and weights differ in length")
+            kbs = map(str.encode, map(repr, zip(keys)))
+            ebs = map(str.encode, map(repr, rows))
+            for r, w, kb, eb in zip(rows, weights, kbs, ebs, strict=False):
+                p = get_prefix(kb)
+                if p is None:
+                    p = prefixes[kb] = side_prefix(kb, side)
+                    groups[kb] = [RowState(r, p + eb, 0, w)]
+                else:
+                    groups[kb].append(RowState(r, p + eb, 0, w))
+            return groups, nulls
+        for r, w in zip(rows, weights, strict=True):
             v = r[i]
             if v is None:
                 nulls.rows.append(r)
                 nulls.weights.append(w)
                 continue
-            kb = encode_key((v,))
-        else:
-            key = tuple([r[j] for j in indices])
-            if any(v is None for v in key):
-                nulls.rows.append(r)
-                nulls.weights.append(w)
-                continue
-            kb = encode_key(key)
-        p = prefixes.get(kb)
+            kb = encode_key((v,)) if type(v) in normalizing else repr((v,)).encode()
+            eb = repr(r).encode() if isdisjoint(map(type, r)) else encode_key(r)
+            p = get_prefix(kb)
+            if p is None:
+                p = prefixes[kb] = side_prefix(kb, side)
+                groups[kb] = [RowState(r, p + eb, 0, w)]
+            else:
+                groups[kb].append(RowState(r, p + eb, 0, w))
+        return groups, nulls
+    for r, w in zip(rows, weights, strict=True):
+        key = tuple([r[j] for j in indices])
+        if any(v is None for v in key):
+            nulls.rows.append(r)
+            nulls.weights.append(w)
+            continue
+        kb = encode_key(key)
+        eb = repr(r).encode() if isdisjoint(map(type, r)) else encode_key(r)
+        p = get_prefix(kb)
         if p is None:
             p = prefixes[kb] = side_prefix(kb, side)
-            groups[kb] = [RowState(r, p + encode_key(r), 0, w)]
+            groups[kb] = [RowState(r, p + eb, 0, w)]
         else:
-            groups[kb].append(RowState(r, p + encode_key(r), 0, w))
+            groups[kb].append(RowState(r, p + eb, 0, w))
     return groups, nulls
 
 
@@ -417,9 +454,10 @@ class DeltaJoin:
         out = JoinStep()
         ch_left, out.left_nulls = group_states(d_left, self.left_key, LEFT)
         ch_right, out.right_nulls = group_states(d_right, self.right_key, RIGHT)
-        left_scan, right_scan = self._read(ch_left, ch_right)
         tracking = self.track_left or self.track_right
         counting = tracking and self.residual is not None
+        if tracking:
+            left_scan, right_scan = self._read(ch_left, ch_right)
 
         # the rows of interest per key: committed rows that pair with a delta, merged with it
         left_rows: dict[bytes, list[RowState]] = {}
@@ -438,7 +476,9 @@ class DeltaJoin:
         p_rc: list[int] = []  # ... and to the right row's
         append_row = p_rows.append
         append_w = p_w.append
-        if not counting:
+        if not tracking:
+            p_rows, p_w = self._read_pairs(ch_left, ch_right)
+        elif not counting:
             for kb, lefts in ch_left.items():
                 changed = ch_right.get(kb)
                 if changed is None:
@@ -519,6 +559,151 @@ class DeltaJoin:
             self.left.stage(s for lst in ch_left.values() for s in lst)
             self.right.stage(s for lst in ch_right.values() for s in lst)
         return out
+
+    def _read_pairs(
+        self, ch_left: dict[bytes, list[RowState]], ch_right: dict[bytes, list[RowState]]
+    ) -> tuple[list[Row], list[int]]:
+        """``_read`` fused with the candidate pairs, for joins that track no matches.
+
+        The same single pass over the distinct keys of both deltas, in key order, with one
+        iterator: fills in the stored weight of every delta row and emits, key by key,
+        ``ΔA ⋈ B'`` and ``A ⋈ ΔB`` without keeping the committed rows read. A delta row left
+        unresolved (hot key, own side only) never takes part in a pair: its weight in a pair is
+        its delta weight, and its stored weight only matters for staging.
+        """
+        left, right = self.left, self.right
+        p_rows: list[Row] = []
+        p_w: list[int] = []
+        append_row = p_rows.append
+        append_w = p_w.append
+        unresolved_left: list[RowState] = []
+        unresolved_right: list[RowState] = []
+        loads = _loads
+        limit = OWN_SCAN_LIMIT
+        it = self.table.iterator()
+        seek, valid, key, value, advance = it.seek, it.valid, it.key, it.value, it.next
+        get_left, get_right = ch_left.get, ch_right.get
+        # side_prefix without the side, sorted: the iterator only moves forward
+        keys = sorted(
+            [
+                (ROWS + len(kb).to_bytes(4, "big") + kb, kb)
+                for kb in ch_left.keys() | ch_right.keys()
+            ]
+        )
+        for p, kb in keys:
+            dl, dr = get_left(kb), get_right(kb)
+            pl, pr = p + LEFT, p + RIGHT
+            seek(pl)
+            if dr is not None:
+                # the right delta pairs with all of A_k: read it, resolving the left delta rows
+                own = {s.entry: s for s in dl} if dl is not None else None
+                lefts = []
+                while valid():
+                    entry = key()
+                    if not entry.startswith(pl):
+                        break
+                    t = loads(value())  # (row, weight): uncounted entries
+                    lefts.append(t)
+                    if own is not None:
+                        lw = t[1]
+                        d = own.get(entry)
+                        if d is not None:
+                            d.old = lw
+                            d.new += lw
+                    advance()
+            else:
+                # own rows only; a hot key stops after OWN_SCAN_LIMIT rows: point-read, skip ahead
+                if len(dl) == 1:
+                    (d,) = dl
+                    pending = {d.entry: d}
+                else:
+                    pending = {s.entry: s for s in dl}
+                pop = pending.pop
+                n = 0
+                while valid():
+                    entry = key()
+                    if n == limit or not entry.startswith(pl):
+                        break
+                    d = pop(entry, None)
+                    if d is not None:
+                        lw = loads(value())[1]
+                        d.old = lw
+                        d.new += lw
+                    n += 1
+                    advance()
+                if n == limit:
+                    unresolved_left.extend(pending.values())
+                if valid() and key() < pr:
+                    seek(pr)
+            if dl is not None:
+                # the left delta pairs with all of B'_k: read B_k, resolving the right delta rows
+                if dr is None:
+                    rights = []
+                    while valid():
+                        entry = key()
+                        if not entry.startswith(pr):
+                            break
+                        rights.append(loads(value()))  # (row, weight): uncounted entries
+                        advance()
+                else:
+                    by_entry = {}
+                    own = {s.entry: s for s in dr}
+                    while valid():
+                        entry = key()
+                        if not entry.startswith(pr):
+                            break
+                        t = loads(value())
+                        rw = t[1]
+                        by_entry[entry] = (t[0], rw)
+                        d = own.get(entry)
+                        if d is not None:
+                            d.old = rw
+                            d.new += rw
+                        advance()
+                    for r in dr:
+                        by_entry[r.entry] = (r.row, r.new)
+                    rights = [rw for rw in by_entry.values() if rw[1]]
+                if rights:
+                    for ls in dl:
+                        lrow = ls.row
+                        w = ls.new - ls.old
+                        for rrow, rw in rights:
+                            append_row(lrow + rrow)
+                            append_w(w * rw)
+            else:
+                if len(dr) == 1:
+                    (d,) = dr
+                    pending = {d.entry: d}
+                else:
+                    pending = {s.entry: s for s in dr}
+                pop = pending.pop
+                n = 0
+                while valid():
+                    entry = key()
+                    if n == limit or not entry.startswith(pr):
+                        break
+                    d = pop(entry, None)
+                    if d is not None:
+                        rw = loads(value())[1]
+                        d.old = rw
+                        d.new += rw
+                        if not pending:
+                            break
+                    n += 1
+                    advance()
+                if n == limit:
+                    unresolved_right.extend(pending.values())
+            if dr is not None and lefts:
+                deltas = [(r.row, r.new - r.old) for r in dr]
+                for lrow, lw in lefts:
+                    for rrow, w in deltas:
+                        append_row(lrow + rrow)
+                        append_w(lw * w)
+        if unresolved_left:
+            left.resolve(unresolved_left)
+        if unresolved_right:
+            right.resolve(unresolved_right)
+        return p_rows, p_w
 
     def _read(
         self, ch_left: dict[bytes, list[RowState]], ch_right: dict[bytes, list[RowState]]
