@@ -14,11 +14,8 @@ import sys
 def _engine(args):
     from engine.engine import Engine
 
-    if not args.dsn:
-        raise SystemExit(
-            "incview: give --dsn or set INCVIEW_DSN (the embedded Postgres is not available yet)"
-        )
-    return Engine(args.dsn, args.state_dir, runner=args.runner)
+    # No --dsn / INCVIEW_DSN: the embedded Postgres under the state dir (started if needed).
+    return Engine(args.dsn or None, args.state_dir or ".incview", runner=args.runner)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--state-dir",
-        default=os.environ.get("INCVIEW_STATE_DIR", ".incview"),
-        help="where view state lives",
+        default=os.environ.get("INCVIEW_STATE_DIR"),
+        help="where view state (and the embedded Postgres, without --dsn) lives; default "
+        ".incview (.incview-demo for the demo)",
     )
     parser.add_argument(
         "--runner",
@@ -53,8 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     demo = verbs.add_parser(
         "demo", help="run the demo: views maintained while a writer changes the data"
     )
-    demo.add_argument("--seconds", type=float, default=15.0, help="how long the writer runs")
+    demo.add_argument("--seconds", type=float, default=30.0, help="how long the writer runs")
     demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument(
+        "--report-every", type=float, default=3.0, help="seconds between the progress reports"
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="keep the demo schema and views for inspection"
+    )
+    # also accepted after the verb: `incview demo --state-dir DIR`
+    demo.add_argument("--dsn", default=argparse.SUPPRESS, help="Postgres connection string")
+    demo.add_argument("--state-dir", default=argparse.SUPPRESS, help="default .incview-demo")
     args = parser.parse_args(argv)
 
     from engine.errors import IncviewError
@@ -63,7 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "demo":
             from engine.demo import run_demo
 
-            return run_demo(seconds=args.seconds, seed=args.seed)
+            return run_demo(
+                dsn=args.dsn or None,
+                state_dir=args.state_dir or ".incview-demo",
+                seconds=args.seconds,
+                seed=args.seed,
+                report_every=args.report_every,
+                keep=args.keep,
+            )
         with _engine(args) as eng:
             if args.verb == "create-view":
                 eng.create_view(args.name, args.sql)

@@ -11,6 +11,14 @@ Running (``catch_up``): whole transactions are polled, each view applies those i
 applied, its sink writes the net diff and the LSN in one Postgres transaction, then the view's
 state commits; the slot advances only to what every view has committed.
 
+TRUNCATE of an input sends the view back to population (seed 003: an internal problem means
+re-population): fresh state, a fresh snapshot, only the difference written to the existing result
+table, then the transactions not visible in the new snapshot. Views may read other views' result
+tables: result tables get REPLICA IDENTITY FULL and are published when read, and ``catch_up``
+repeats until no view wrote a table another view reads (a fixpoint). ``list_views``' lag_ms is 0
+when nothing is pending for the view, else now minus the commit time of the last source
+transaction it applied.
+
 ``runner="local"`` drives the dataflow in-process; ``runner="spark"`` (the default of the
 contract) arrives with the Spark runtime. This module orchestrates; it must not plan, decode or
 write SQL results itself.
@@ -36,6 +44,7 @@ from engine.postgres.cdc import (
     Transaction,
     visible_in_snapshot,
 )
+from engine.postgres.pgoutput import Begin, Commit, PgOutputDecoder, Relation, Truncate
 from engine.postgres.sink import ResultSink
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
@@ -46,6 +55,10 @@ from engine.sql.planner import ViewPlan, build_dataflow, explain, plan_view
 SLOT = "incview_slot"
 PUBLICATION = "incview_pub"
 _POPULATION_TIME = 1
+# changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
+# fewer, larger polls cost less (a transaction always comes whole, however large)
+_POLL_CHANGES = 100_000
+_REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
 
 
 @dataclass(frozen=True)
@@ -83,7 +96,8 @@ class _View:
             engine.sink_conn, record.name, record.result_schema, record.result_table, columns
         )
         self.snapshot: PgSnapshot | None = self._load_snapshot()
-        self.lag_ms: float | None = None
+        # commit time of the last source transaction applied (list_views' lag)
+        self.last_commit: datetime | None = record.last_commit_time
         self._projections: dict[tuple[str, tuple[str, ...]], list[int]] = {}
 
     # population snapshot ---------------------------------------------------------------------
@@ -120,6 +134,18 @@ class _View:
             self._projections[key] = idx
         return DiffBatch([tuple(r[i] for i in idx) for r in batch.rows], list(batch.weights))
 
+    def reset_state(self) -> None:
+        """Close and delete the view's state and build an empty dataflow (re-population)."""
+        self.store.close()
+        shutil.rmtree(self.dir / "state", ignore_errors=True)
+        self.store = StateStore(self.dir / "state")
+        self.physical = build_dataflow(self.plan, self.store)
+        self._projections = {}
+
+    @property
+    def result_name(self) -> str:
+        return f"{self.record.result_schema}.{self.record.result_table}"
+
     def close(self) -> None:
         self.store.close()
 
@@ -140,10 +166,12 @@ class Engine:
                 "runner='spark' is not available yet in this build (the Spark runtime is being "
                 "built); use Engine(..., runner='local')"
             )
+        self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         if dsn is None:
-            raise ViewError(
-                "no dsn given: the embedded Postgres is not available yet; pass dsn=..."
-            )
+            from engine.postgres.embedded import EmbeddedPostgres
+
+            self.embedded = EmbeddedPostgres(Path(state_dir) / "postgres").start()
+            dsn = self.embedded.dsn
         self.dsn = dsn
         self.runner = runner
         self.state_dir = Path(state_dir)
@@ -153,27 +181,48 @@ class Engine:
         self.catalog = ViewCatalog.open(self.conn)
         self.sources = PostgresCatalog(self.conn)
         self.views: dict[str, _View] = {}
+        self._open_views()
+
+    def _open_views(self) -> None:
+        """Open every view of the catalog and the shared CDC reader; finish re-populations that
+        a crash interrupted (their dir holds the marker with the time to re-populate at)."""
+        resume: list[tuple[_View, int]] = []
         for record in self.catalog.all():
-            if record.phase == "populating":
+            marker = self.state_dir / "views" / record.name / _REPOPULATE_MARKER
+            if record.phase == "populating" and not marker.exists():
                 continue  # an interrupted create_view: left for drop_view / re-creation
-            self.views[record.name] = _View(self, record, plan_view(record.sql, self.sources))
+            view = _View(self, record, plan_view(record.sql, self.sources))
+            self.views[record.name] = view
+            if marker.exists():
+                resume.append((view, int(marker.read_text())))
+        self._downstream_dirty = False  # a result table read by another view was written
         after = min((v.state_time for v in self.views.values()), default=0)
-        self.reader = CdcReader(dsn, SLOT, PUBLICATION, after_lsn=after)
+        self.reader = CdcReader(self.dsn, SLOT, PUBLICATION, after_lsn=after)
+        for view, time_ in resume:
+            self._repopulate(view, time_)
 
     # -- create ---------------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
-        """Plan, populate and start maintaining ``name`` AS ``sql``."""
+        """Plan, populate and start maintaining ``name`` AS ``sql``.
+
+        A view may read other views' result tables (views on views): they are published like
+        any source table (result tables have REPLICA IDENTITY FULL) and ``catch_up`` runs until
+        the downstream views have applied what their upstream views wrote.
+        """
         schema, table = split_view_name(name)
         if self.catalog.get(name) is not None:
             raise ViewError(f"view {name} already exists: drop_view({name!r}) first")
         plan = plan_view(sql, self.sources)
         tables = [s.qualified_name for s in plan.sources]
+        results = self._result_tables()
         for t in tables:
             kind = self.sources.kinds.get(t)
             if kind not in ("r", "p"):
                 raise ViewError(
                     f"{t} is not a table: incview reads changes of ordinary tables only"
                 )
+            if t in results:
+                self._replica_identity_full(t)  # result tables of older versions lack it
         self.reader.ensure(tables)  # checks wal_level and REPLICA IDENTITY FULL; creates the slot
         self.catalog.insert(name, sql, schema, table)
         record = self.catalog.get(name)
@@ -190,67 +239,150 @@ class Engine:
             raise
         self.views[name] = view
 
-    def _populate(self, view: _View) -> None:
-        """Read every source in one snapshot, run the dataflow once, write the result table."""
+    def _result_tables(self) -> dict[str, str]:
+        """``schema.table`` of every view's result table -> view name."""
+        return {f"{r.result_schema}.{r.result_table}": r.name for r in self.catalog.all()}
+
+    def _replica_identity_full(self, qualified: str) -> None:
+        """Give a result table REPLICA IDENTITY FULL (downstream views need old rows)."""
+        schema, _, table = qualified.partition(".")
+        row = self.conn.execute(
+            "SELECT c.relreplident::text FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        ).fetchone()
+        if row is not None and row[0] != "f":
+            self.conn.execute(
+                psycopg.sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
+                    psycopg.sql.Identifier(schema, table)
+                )
+            )
+
+    def _populate(self, view: _View, time_: int = _POPULATION_TIME, lsn: int = 0) -> int:
+        """Read every source in one snapshot, run the dataflow once, write the result table
+        (a new table, or only the difference to an existing one); returns the rows written."""
         df = view.physical.dataflow
         with snapshot_reader(self.dsn) as reader:
             for table, columns in view.inputs.items():
                 schema, _, name = table.partition(".")
                 source = self.sources.lookup(schema, name)
+                if source is None:
+                    raise ViewError(
+                        f"view {view.name}: source table {table} does not exist any more; "
+                        f"re-create it or drop_view({view.name!r})"
+                    )
                 for batch in reader.read_table(source, list(columns)):
                     df.push(table, batch)
             snap = reader.snapshot
+        out = df.time_end(time_)
+        written = view.sink.populate([out.diffs], lsn)
         view.save_snapshot(snap)
-        out = df.time_end(_POPULATION_TIME)
-        view.sink.populate([out.diffs], 0)
-        df.commit(_POPULATION_TIME)
+        df.commit(time_)
+        self._replica_identity_full(view.result_name)
         self._record_errors(view, df.errors())  # populating -> running (or error)
+        return written
+
+    def _repopulate(self, view: _View, time_: int) -> None:
+        """Send ``view`` back to population (seed 003): fresh state, a fresh snapshot, only the
+        difference written to the result table; state and sink are then at ``time_`` and every
+        later transaction not visible in the new snapshot is applied as usual."""
+        time_ = max(time_, _POPULATION_TIME)
+        marker = view.dir / _REPOPULATE_MARKER
+        view.dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(time_))
+        self.catalog.set_phase(view.name, "populating", None)
+        view.record = self.catalog.get(view.name) or view.record
+        view.reset_state()
+        written = self._populate(view, time_, time_)
+        marker.unlink()
+        if written and view.result_name in self._inputs_of_all():
+            self._downstream_dirty = True
+
+    def _inputs_of_all(self) -> set[str]:
+        return {t for v in self.views.values() for t in v.inputs}
 
     # -- running --------------------------------------------------------------------------------
     def catch_up(self, timeout_s: float = 60) -> None:
-        """Apply every change committed before this call to every view; return when done."""
+        """Apply every change committed before this call to every view; return when done.
+
+        With views on views this runs to a fixpoint: an upstream view's sink write is itself a
+        change of its downstream views' input, so after the target is reached the WAL is flushed
+        again and polled until no view wrote a result table that another view reads.
+        """
         deadline = time.monotonic() + timeout_s
         if not self.views:
             return
+        self._downstream_dirty = False
         target = self.reader.flush_wal()
-        while True:
-            txs = self.reader.poll(10_000)
-            if not txs:
-                return
-            self._apply(txs)
-            if txs[-1].end_lsn >= target:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"catch_up did not reach {target} within {timeout_s} s")
+        try:
+            while True:
+                txs = self.reader.poll(_POLL_CHANGES)
+                if txs:
+                    self._apply(txs)
+                if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
+                    if not self._downstream_dirty:
+                        return
+                    self._downstream_dirty = False
+                    target = self.reader.flush_wal()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
+                        "again (or with a larger timeout_s); the views keep what they applied"
+                    )
+        finally:
+            # once per call: advancing a logical slot decodes the WAL from its restart point
+            if self.views:
+                self.reader.advance(min(v.state_time for v in self.views.values()))
 
     def _apply(self, txs: list[Transaction]) -> None:
         end = txs[-1].end_lsn
+        downstream = self._inputs_of_all()
         for view in self.views.values():
-            self._apply_view(view, txs, end)
-        self.reader.advance(min(v.state_time for v in self.views.values()))
+            if self._apply_view(view, txs, end) and view.result_name in downstream:
+                self._downstream_dirty = True
 
-    def _apply_view(self, view: _View, txs: list[Transaction], end: int) -> None:
-        if end <= view.state_time:
-            return
-        df = view.physical.dataflow
-        inputs = view.inputs
+    def _apply_view(self, view: _View, txs: list[Transaction], end: int) -> bool:
+        """Apply the transactions of ``txs`` the view has not applied yet, as one time ``end``.
+        Returns whether result rows were written (a re-population flags its own writes).
+
+        A transaction that TRUNCATEs one of the view's inputs sends the view back to population
+        (at the time the view had reached before this batch): the fresh snapshot holds that
+        transaction and everything before it, so diffs pushed so far are dropped with the old
+        state, and the batch is scanned again from its start, applying what the new snapshot
+        does not show (the xid rule; a transaction committed just before the TRUNCATE but not
+        yet visible when the snapshot was taken is thus not lost)."""
+        base = view.state_time
+        if end <= base:
+            return False
+        repopulations = 0
+        i = 0
         last_commit = None
-        for tx in txs:
-            if tx.end_lsn <= view.state_time:
+        while i < len(txs):
+            tx = txs[i]
+            i += 1
+            if tx.end_lsn <= base:
                 continue
             if view.snapshot is not None and visible_in_snapshot(tx.xid, view.snapshot):
                 continue
-            hit = tx.truncated.intersection(inputs)
-            if hit:
-                raise ViewError(
-                    f"view {view.name}: TRUNCATE of {', '.join(sorted(hit))} is not supported yet; "
-                    f"drop and re-create the view"
-                )
+            inputs = view.inputs
+            if tx.truncated.intersection(inputs):
+                repopulations += 1
+                if repopulations > len(txs) + 1:
+                    raise ViewError(
+                        f"view {view.name}: a TRUNCATE of its inputs at LSN {tx.end_lsn:X} stays "
+                        "invisible to fresh snapshots; check the server, then catch_up again"
+                    )
+                self._repopulate(view, base)
+                i = 0
+                last_commit = tx.commit_ts
+                continue
+            df = view.physical.dataflow
             for table, batch in tx.changes.items():
                 if table in inputs and batch:
                     cols = tuple(c.name for c in tx.relations[table].columns)
                     df.push(table, view.project(table, batch, cols))
                     last_commit = tx.commit_ts
+        df = view.physical.dataflow
         out = df.time_end(end)
         try:
             view.sink.apply(out.diffs, end, last_commit)
@@ -260,9 +392,10 @@ class Engine:
             raise ViewError(f"view {view.name}: writing the result table failed: {e}") from e
         df.commit(end)
         if last_commit is not None:
-            view.lag_ms = max(0.0, (datetime.now(UTC) - last_commit).total_seconds() * 1000)
+            view.last_commit = last_commit
         if out.errs or view.record.phase == "error":
             self._record_errors(view, df.errors())
+        return bool(out.diffs)
 
     def _record_errors(self, view: _View, errors: dict[str, int]) -> None:
         """Phase ``error`` (with one message) while the errs collection is non-empty, else running."""
@@ -274,28 +407,82 @@ class Engine:
 
     # -- inspection -----------------------------------------------------------------------------
     def list_views(self) -> list[ViewStatus]:
+        """Every view's status.
+
+        ``lag_ms``: 0 when the view has applied every committed change of its inputs (nothing
+        pending in the slot beyond what it applied); while changes are pending, now minus the
+        commit time of the last source transaction the view applied (or, before it applied any,
+        of the oldest pending one); None for a view this engine has not opened.
+        """
+        pending = self._pending_commit_times()
+        now = datetime.now(UTC)
         out = []
         for record in self.catalog.all():
             view = self.views.get(record.name)
             rows = None
+            lag = None
             if view is not None:
-                rows = self.conn.execute(
-                    psycopg.sql.SQL("SELECT count(*) FROM {}.{}").format(
-                        psycopg.sql.Identifier(record.result_schema),
-                        psycopg.sql.Identifier(record.result_table),
-                    )
-                ).fetchone()[0]
+                rows = view.sink.row_count()
+                oldest = pending.get(record.name)
+                if oldest is None:
+                    lag = 0.0
+                else:
+                    since = view.last_commit or oldest
+                    lag = max(0.0, (now - since).total_seconds() * 1000)
             out.append(
                 ViewStatus(
                     record.name,
                     record.phase,
-                    view.lag_ms if view is not None else None,
+                    lag,
                     rows,
                     view.store.size_bytes() if view is not None else 0,
                     record.last_error,
                 )
             )
         return out
+
+    def _pending_commit_times(self, max_changes: int = 10_000) -> dict[str, datetime]:
+        """View name -> commit time of its oldest pending transaction (one that touches its
+        inputs and that it has not applied), from a peek of the slot; a fresh decoder, so the
+        reader's own position and state are left alone."""
+        if not self.views or not self.reader.slot_exists():
+            return {}
+        decoder = PgOutputDecoder()
+        result: dict[str, datetime] = {}
+        begin: Begin | None = None
+        touched: set[str] = set()
+        for data in self.reader.peek(max_changes):
+            kind = data[0]
+            if kind in (73, 85, 68, 84, 66, 67, 82, 89):  # I U D T B C R Y
+                ev = decoder.decode(data)
+            else:
+                continue
+            if isinstance(ev, Begin):
+                begin, touched = ev, set()
+            elif isinstance(ev, Commit):
+                if begin is None:
+                    continue
+                for view in self.views.values():
+                    if (
+                        view.name not in result
+                        and ev.end_lsn > view.state_time
+                        and touched.intersection(view.inputs)
+                        and not (
+                            view.snapshot is not None
+                            and visible_in_snapshot(begin.xid, view.snapshot)
+                        )
+                    ):
+                        result[view.name] = ev.commit_ts
+                begin = None
+            elif isinstance(ev, Truncate):
+                touched.update(
+                    decoder.relations[o].qualified_name for o in ev.oids if o in decoder.relations
+                )
+            elif not isinstance(ev, Relation) and hasattr(ev, "oid"):
+                rel = decoder.relations.get(ev.oid)
+                if rel is not None:
+                    touched.add(rel.qualified_name)
+        return result
 
     def explain(self, sql: str) -> str:
         return explain(sql, self.sources)
@@ -306,6 +493,13 @@ class Engine:
         record = self.catalog.get(name)
         if record is None:
             raise ViewError(f"no view named {name}")
+        result = f"{record.result_schema}.{record.result_table}"
+        readers = sorted(n for n, v in self.views.items() if n != name and result in v.inputs)
+        if readers:
+            raise ViewError(
+                f"view {name} is read by view(s) {', '.join(readers)}: drop those first "
+                f"(drop_view({readers[0]!r}))"
+            )
         view = self.views.pop(name, None)
         if view is not None:
             view.sink.drop()
@@ -330,6 +524,8 @@ class Engine:
         self.reader.close()
         self.conn.close()
         self.sink_conn.close()
+        if self.embedded is not None:
+            self.embedded.release()  # stops the server only if this Engine started it
 
     def __enter__(self) -> Engine:
         return self

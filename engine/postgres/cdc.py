@@ -247,6 +247,9 @@ class CdcReader:
         self.decoder = PgOutputDecoder()
         # End LSN of the last transaction returned by poll(): later polls skip up to it.
         self.last_lsn = parse_lsn(after_lsn) if isinstance(after_lsn, str) else after_lsn
+        # whether the last poll() read to the end of the WAL flushed when it peeked (nothing
+        # committed before that peek is left to poll)
+        self.exhausted = False
         self._conn: psycopg.Connection | None = None
 
     # -- connection -----------------------------------------------------------------------
@@ -448,6 +451,8 @@ class CdcReader:
             messages = self.peek(limit)
             txs, skipped_messages = self._assemble(messages)
             if txs or len(messages) < limit:
+                # fewer messages than asked for: the peek reached the end of the flushed WAL
+                self.exhausted = len(messages) < limit
                 if txs:
                     self.last_lsn = txs[-1].end_lsn
                 return txs

@@ -1,0 +1,199 @@
+"""``Engine(dsn=None)``: the embedded PostgreSQL server under the state directory.
+
+A real server from the system's binaries (as the ``postgres`` OS user when root): started with
+wal_level = logical and fsync on, persistent across Engine instances, reused while running,
+restarted after a clean stop, a crash (SIGKILLed postmaster) or a stale postmaster.pid, and
+stopped by ``Engine.close()`` only when that Engine started it and nobody else is connected.
+Every server a test starts is stopped by the ``servers`` fixture, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine.engine import Engine
+from engine.postgres import embedded
+from engine.postgres.embedded import EmbeddedPostgres, EmbeddedPostgresError
+
+
+@pytest.fixture
+def tmp_path():
+    """A temp dir the ``postgres`` OS user can reach when we run as root (pytest's is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="incview-embedded-test-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """Directories of embedded servers started by the test; each is stopped at teardown."""
+    dirs: list[Path] = []
+    yield dirs
+    for d in dirs:
+        if (d / "data" / "PG_VERSION").exists():
+            EmbeddedPostgres(d).stop()
+
+
+def _running(directory: Path) -> bool:
+    return EmbeddedPostgres(directory)._running_postmaster() is not None
+
+
+def _make_table(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, g text, v int)")
+        conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO t VALUES (1, 'a', 1), (2, 'a', 2), (3, 'b', 3)")
+
+
+def test_engine_without_dsn_runs_a_view_on_an_embedded_server(tmp_path, servers):
+    state = tmp_path / "state"
+    servers.append(state / "postgres")
+    eng = Engine(dsn=None, state_dir=state, runner="local")
+    try:
+        assert eng.embedded is not None and eng.embedded.started_here
+        assert "host=127.0.0.1" in eng.dsn and "password" not in eng.dsn
+        with psycopg.connect(eng.dsn, autocommit=True) as conn:
+            settings = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name IN "
+                    "('wal_level', 'fsync', 'data_directory', 'listen_addresses')"
+                ).fetchall()
+            )
+            assert settings["wal_level"] == "logical"
+            assert settings["fsync"] == "on"
+            assert settings["listen_addresses"] == "127.0.0.1"
+            assert Path(settings["data_directory"]) == (state / "postgres" / "data").absolute()
+        _make_table(eng.dsn)
+        eng.create_view("sums", "SELECT g, sum(v) AS total FROM t GROUP BY g")
+        with psycopg.connect(eng.dsn, autocommit=True) as conn:
+            conn.execute("UPDATE t SET v = 10 WHERE id = 3")
+            conn.execute("DELETE FROM t WHERE id = 1")
+            eng.catch_up()
+            assert sorted(conn.execute("SELECT * FROM sums").fetchall()) == [("a", 2), ("b", 10)]
+    finally:
+        eng.close()
+    assert not _running(state / "postgres"), "close() must stop the server it started"
+
+    # persistent: a new Engine restarts the server and finds the view, its data and its slot
+    with Engine(dsn=None, state_dir=state, runner="local") as eng2:
+        assert eng2.embedded.started_here
+        with psycopg.connect(eng2.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO t VALUES (4, 'b', 5)")
+            eng2.catch_up()
+            assert sorted(conn.execute("SELECT * FROM sums").fetchall()) == [("a", 2), ("b", 15)]
+            eng2.drop_view("sums")
+            assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+    assert not _running(state / "postgres")
+
+
+def test_a_running_server_is_reused_and_not_stopped_by_a_borrower(tmp_path, servers):
+    state = tmp_path / "state"
+    servers.append(state / "postgres")
+    owner = EmbeddedPostgres(state / "postgres").start()  # e.g. left running by a crashed Engine
+    with Engine(dsn=None, state_dir=state, runner="local") as eng:
+        assert not eng.embedded.started_here
+        assert eng.embedded.pid == owner.pid and eng.embedded.port == owner.port
+        assert eng.dsn == owner.dsn
+    assert _running(state / "postgres"), "an Engine must not stop a server it did not start"
+    assert owner.release()
+    assert not _running(state / "postgres")
+
+
+def test_last_client_out_stops_a_handed_over_server(tmp_path, servers):
+    state = tmp_path / "state"
+    servers.append(state / "postgres")
+    first = Engine(dsn=None, state_dir=state, runner="local")
+    second = Engine(dsn=None, state_dir=state, runner="local")
+    assert first.embedded.started_here and not second.embedded.started_here
+    first.close()  # second is still connected: the server stays up for it
+    assert _running(state / "postgres")
+    second.list_views()
+    second.close()
+    assert not _running(state / "postgres")
+
+
+def test_stale_pid_file_of_a_live_unrelated_process(tmp_path, servers):
+    directory = tmp_path / "pg"
+    servers.append(directory)
+    server = EmbeddedPostgres(directory).start()
+    port = server.port
+    server.stop()
+    # a crash left postmaster.pid behind, and its pid now belongs to an unrelated process
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        pid_file = directory / "data" / "postmaster.pid"
+        pid_file.write_text(
+            f"{sleeper.pid}\n{directory / 'data'}\n{int(time.time())}\n{port}\n\n127.0.0.1\n"
+            "  1234567     0\nready   \n"
+        )
+        again = EmbeddedPostgres(directory).start()
+        assert again.started_here and again.pid != sleeper.pid
+        with again.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        again.stop()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_restart_after_the_postmaster_was_killed(tmp_path, servers):
+    directory = tmp_path / "pg"
+    servers.append(directory)
+    server = EmbeddedPostgres(directory).start()
+    with server.connect(autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (v int)")
+        conn.execute("INSERT INTO kept VALUES (42)")
+    idle = server.connect(autocommit=True)  # a backend the dead postmaster will orphan
+    os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while embedded._pid_alive(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        again = EmbeddedPostgres(directory).start()  # crash recovery
+        assert again.started_here and again.pid != server.pid
+        with again.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchall() == [(42,)]
+        assert again.release()
+    finally:
+        idle.close()
+
+
+def test_missing_binaries_name_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.delenv("INCVIEW_PG_BINDIR", raising=False)
+    monkeypatch.setattr(embedded.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
+    with pytest.raises(EmbeddedPostgresError, match="apt-get install postgresql"):
+        embedded.find_bindir()
+    with pytest.raises(EmbeddedPostgresError, match="initdb, pg_ctl, postgres not found"):
+        EmbeddedPostgres(tmp_path / "pg", bindir=str(tmp_path)).start()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the postgres OS user is used only as root")
+def test_state_dir_the_postgres_user_cannot_reach(tmp_path, servers, monkeypatch):
+    monkeypatch.setattr(embedded, "FALLBACK_ROOT", str(tmp_path / "fallback"))
+    private = tmp_path / "private"  # like /root: the postgres user cannot enter it
+    private.mkdir(mode=0o700)
+    requested = private / "state" / "postgres"
+    server = EmbeddedPostgres(requested)
+    servers.append(server.directory)
+    server.start()
+    servers.append(server.directory)
+    assert requested.is_symlink() and server.directory.is_relative_to(tmp_path / "fallback")
+    again = EmbeddedPostgres(requested).start()  # found through the symlink: reused
+    assert not again.started_here and again.port == server.port
+    assert server.release()
+    # a real directory there cannot be moved: a clear error naming the fix
+    blocked = private / "other"
+    blocked.mkdir()
+    with pytest.raises(EmbeddedPostgresError, match=r"cannot enter .*private.*chmod o\+x"):
+        EmbeddedPostgres(blocked).start()
