@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.collections.join import check_keys, describe_join
+from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.collections.semi_join import membership_delta
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import COUNTERS, DeltaJoin, KeyMatch, WeightCounters
@@ -34,9 +33,7 @@ def _mode(rows: int, nulls: int) -> str:
     return _HAS_NULL if nulls else _NORMAL
 
 
-class AntiJoinCollection(StatefulCollection):
-    arity = 2
-
+class AntiJoinCollection(KeyedJoinCollection):
     def __init__(
         self,
         left_key: Sequence[int],
@@ -45,8 +42,7 @@ class AntiJoinCollection(StatefulCollection):
         null_aware: bool = False,
         description: str = "",
     ) -> None:
-        super().__init__()
-        self.left_key, self.right_key = check_keys(left_key, right_key)
+        super().__init__(left_key, right_key, residual, description)
         if null_aware and len(self.left_key) != 1:
             raise ValueError(
                 f"a null-aware anti join (NOT IN) compares one column, got left{list(self.left_key)}"
@@ -57,9 +53,7 @@ class AntiJoinCollection(StatefulCollection):
                 "a null-aware anti join (NOT IN) takes no residual: plan a correlated NOT IN as a "
                 "NOT EXISTS with the NULL checks made explicit"
             )
-        self.residual = residual
         self.null_aware = null_aware
-        self.description = description
         self._arr: DeltaJoin | KeyMatch | None = None
         self._counters: WeightCounters | None = None
 

@@ -42,7 +42,10 @@ def describe_join(
     return f"{title}: {' AND '.join(conds)}" if conds else title
 
 
-class InnerJoinCollection(StatefulCollection):
+class KeyedJoinCollection(StatefulCollection):
+    """What every equi-join collection shares: checked key columns, an optional residual
+    predicate over the concatenated row, and a description for EXPLAIN."""
+
     arity = 2
 
     def __init__(
@@ -56,6 +59,17 @@ class InnerJoinCollection(StatefulCollection):
         self.left_key, self.right_key = check_keys(left_key, right_key)
         self.residual = residual
         self.description = description
+
+
+class InnerJoinCollection(KeyedJoinCollection):
+    def __init__(
+        self,
+        left_key: Sequence[int],
+        right_key: Sequence[int],
+        residual: BatchFn | None = None,
+        description: str = "",
+    ) -> None:
+        super().__init__(left_key, right_key, residual, description)
         self._join: DeltaJoin | None = None
 
     def open(self, store: StateStore | None) -> None:

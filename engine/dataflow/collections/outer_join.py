@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.collections.join import check_keys, describe_join
+from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, RowState
 from engine.dataflow.state.store import StateStore
@@ -37,9 +36,7 @@ def unmatched_delta(
             weights.append(d)
 
 
-class OuterJoinCollection(StatefulCollection):
-    arity = 2
-
+class OuterJoinCollection(KeyedJoinCollection):
     def __init__(
         self,
         kind: JoinKind,
@@ -52,13 +49,10 @@ class OuterJoinCollection(StatefulCollection):
     ) -> None:
         if kind not in ("left", "right", "full"):
             raise ValueError(f"outer join kind must be 'left', 'right' or 'full', got {kind!r}")
-        super().__init__()
+        super().__init__(left_key, right_key, residual, description)
         self.kind = kind
-        self.left_key, self.right_key = check_keys(left_key, right_key)
         self.left_arity = left_arity
         self.right_arity = right_arity
-        self.residual = residual
-        self.description = description
         self._left_pad = (None,) * left_arity
         self._right_pad = (None,) * right_arity
         self._join: DeltaJoin | None = None

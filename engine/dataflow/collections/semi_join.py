@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.collections.join import check_keys, describe_join
+from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, KeyMatch, RowState
 from engine.dataflow.state.store import StateStore
@@ -33,9 +32,7 @@ def membership_delta(states: list[RowState], want_matched: bool) -> DiffBatch:
     return out
 
 
-class SemiJoinCollection(StatefulCollection):
-    arity = 2
-
+class SemiJoinCollection(KeyedJoinCollection):
     def __init__(
         self,
         left_key: Sequence[int],
@@ -43,10 +40,7 @@ class SemiJoinCollection(StatefulCollection):
         residual: BatchFn | None = None,
         description: str = "",
     ) -> None:
-        super().__init__()
-        self.left_key, self.right_key = check_keys(left_key, right_key)
-        self.residual = residual
-        self.description = description
+        super().__init__(left_key, right_key, residual, description)
         self._arr: DeltaJoin | KeyMatch | None = None
 
     def open(self, store: StateStore | None) -> None:
