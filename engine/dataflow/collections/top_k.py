@@ -19,7 +19,12 @@ from itertools import tee
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.state.sorted_partitions import Entry, SortedPartitions, order_description
+from engine.dataflow.state.sorted_partitions import (
+    Entry,
+    SortedPartitions,
+    order_description,
+    order_spec,
+)
 from engine.dataflow.state.store import StateStore
 
 RANK_KINDS = ("row_number", "rank", "dense_rank")
@@ -46,19 +51,9 @@ class TopKCollection(StatefulCollection):
             raise ValueError(f"TopK limit must be >= 0 or None, got {limit}")
         if offset < 0:
             raise ValueError(f"TopK offset must be >= 0, got {offset}")
-        if len(descending) != len(order_by):
-            raise ValueError(
-                f"TopK order_by {list(order_by)} and descending {list(descending)} differ in length"
-            )
-        if nulls_first is not None and len(nulls_first) != len(order_by):
-            raise ValueError(
-                f"TopK order_by {list(order_by)} and nulls_first {list(nulls_first)} differ in length"
-            )
         self.partition_key = tuple(partition_key)
-        self.order_by = tuple(order_by)
-        self.descending = tuple(bool(d) for d in descending)
-        self.nulls_first = (
-            tuple(nulls_first) if nulls_first is not None else (None,) * len(order_by)
+        self.order_by, self.descending, self.nulls_first = order_spec(
+            "TopK", order_by, descending, nulls_first
         )
         self.limit = limit
         self.offset = offset

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.state.sorted_partitions import Entry, SortedPartitions, order_description
+from engine.dataflow.state.sorted_partitions import (
+    Entry,
+    SortedPartitions,
+    order_description,
+    order_spec,
+)
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.window_functions import WindowFunction, window_columns
 
@@ -36,19 +41,9 @@ class WindowCollection(StatefulCollection):
         super().__init__()
         if not functions:
             raise ValueError("WindowCollection needs at least one window function")
-        if len(descending) != len(order_by):
-            raise ValueError(
-                f"Window order_by {list(order_by)} and descending {list(descending)} differ in length"
-            )
-        if nulls_first is not None and len(nulls_first) != len(order_by):
-            raise ValueError(
-                f"Window order_by {list(order_by)} and nulls_first {list(nulls_first)} differ in length"
-            )
         self.partition_key = tuple(partition_key)
-        self.order_by = tuple(order_by)
-        self.descending = tuple(bool(d) for d in descending)
-        self.nulls_first = (
-            tuple(nulls_first) if nulls_first is not None else (None,) * len(order_by)
+        self.order_by, self.descending, self.nulls_first = order_spec(
+            "Window", order_by, descending, nulls_first
         )
         self.functions = tuple(functions)
         self.rows: SortedPartitions | None = None

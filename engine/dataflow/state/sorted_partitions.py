@@ -171,3 +171,25 @@ class SortedPartitions:
                 put(key, _dumps((row, count, len(peer)), protocol=5))
             else:
                 delete(key)
+
+
+def order_spec(
+    what: str,
+    order_by: Sequence[int],
+    descending: Sequence[bool],
+    nulls_first: Sequence[bool | None] | None,
+) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[bool | None, ...]]:
+    """Checked ORDER BY columns of a TopK/Window: (columns, descending, nulls_first per column)."""
+    if len(descending) != len(order_by):
+        raise ValueError(
+            f"{what} order_by {list(order_by)} and descending {list(descending)} differ in length"
+        )
+    if nulls_first is not None and len(nulls_first) != len(order_by):
+        raise ValueError(
+            f"{what} order_by {list(order_by)} and nulls_first {list(nulls_first)} differ in length"
+        )
+    return (
+        tuple(order_by),
+        tuple(bool(d) for d in descending),
+        tuple(nulls_first) if nulls_first is not None else (None,) * len(order_by),
+    )
