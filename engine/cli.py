@@ -7,6 +7,7 @@ the state directory. Each verb parses its arguments and calls the engine; no log
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -15,7 +16,26 @@ def _engine(args):
     from engine.engine import Engine
 
     # No --dsn / INCVIEW_DSN: the embedded Postgres under the state dir (started if needed).
-    return Engine(args.dsn or None, args.state_dir or ".incview", runner=args.runner)
+    views = getattr(args, "view", None) or None
+    return Engine(
+        args.dsn or None,
+        args.state_dir or ".incview",
+        runner=args.runner,
+        views=views,
+        trigger_ms=getattr(args, "trigger_ms", 50),
+        spark_conf=_spark_conf(args),
+    )
+
+
+def _spark_conf(args) -> dict[str, str]:
+    """Spark settings: env ``INCVIEW_SPARK_CONF`` (a JSON object), then ``--conf KEY=VALUE``."""
+    conf = json.loads(os.environ.get("INCVIEW_SPARK_CONF") or "{}")
+    for item in getattr(args, "conf", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"incview: --conf expects KEY=VALUE, got {item!r}")
+        conf[key] = value
+    return {str(k): str(v) for k, v in conf.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--runner",
-        default="local",
+        default=os.environ.get("INCVIEW_RUNNER", "spark"),
         choices=["local", "spark"],
-        help="in-process (local) or Spark (coming)",
+        help="Spark (default; env INCVIEW_RUNNER) or in-process (local)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.master=spark://host:7077 (repeatable; also env "
+        "INCVIEW_SPARK_CONF as a JSON object)",
     )
     verbs = parser.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create-view", help="plan, populate and start maintaining a view")
@@ -45,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     drop.add_argument("name")
     catch = verbs.add_parser("catch-up", help="apply every change committed so far to every view")
     catch.add_argument("--timeout", type=float, default=60.0)
+    run = verbs.add_parser("run", help="keep the views up to date (streaming) until SIGINT/SIGTERM")
+    run.add_argument(
+        "--view", action="append", help="run only this view (repeatable); default all views"
+    )
+    run.add_argument(
+        "--trigger-ms", type=int, default=50, help="micro-batch trigger interval (default 50)"
+    )
     verbs.add_parser("list-views", help="views with phase, lag, rows, state size, last error")
     explain = verbs.add_parser("explain", help="print the logical, optimized and physical plans")
     explain.add_argument("sql")
@@ -98,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"{v.name:<30} {v.phase:<11} {lag:>8} {rows:>10} {v.state_bytes:>10}  {v.last_error or ''}"
                     )
+            elif args.verb == "run":
+                names = args.view or [v.name for v in eng.list_views()]
+                print(
+                    f"running {', '.join(names) or 'no views'} ({args.runner}); Ctrl-C stops",
+                    flush=True,
+                )
+                eng.run(args.view)
+                print("stopped")
             elif args.verb == "explain":
                 print(eng.explain(args.sql))
     except IncviewError as e:

@@ -118,6 +118,11 @@ def _reset_schema(conn: psycopg.Connection, engine) -> None:
                 f"(DROP SCHEMA {SCHEMA} CASCADE) if it is not needed"
             )
         conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+    create_demo_schema(conn)
+
+
+def create_demo_schema(conn: psycopg.Connection) -> None:
+    """Create schema ``demo`` with the demo's tables and data (one transaction)."""
     with conn.transaction():
         conn.execute(_SCHEMA_SQL)
 

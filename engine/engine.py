@@ -19,16 +19,25 @@ repeats until no view wrote a table another view reads (a fixpoint). ``list_view
 when nothing is pending for the view, else now minus the commit time of the last source
 transaction it applied.
 
-``runner="local"`` drives the dataflow in-process; ``runner="spark"`` (the default of the
-contract) arrives with the Spark runtime. This module orchestrates; it must not plan, decode or
-write SQL results itself.
+``runner="spark"`` (the default) populates through a Spark batch job (parallel snapshot reads,
+``engine.spark.population``) and runs each view as a Structured Streaming query
+(``engine.spark.streaming``); ``catch_up`` then waits for the queries to reach the WAL position of
+the call. ``runner="local"`` drives the same dataflow in-process. One process may open only some
+views (``views=[...]``): a view's state is single-process, and the slot advances only to the
+smallest state LSN recorded in the catalog over all views, whichever process runs them. This
+module orchestrates; it must not plan, decode or write SQL results itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import socket
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +47,7 @@ import psycopg
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import StateStore
 from engine.errors import ViewError
+from engine.population_progress import PopulationProgress
 from engine.postgres.cdc import (
     CdcReader,
     PgSnapshot,
@@ -58,6 +68,7 @@ _POPULATION_TIME = 1
 # changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
 # fewer, larger polls cost less (a transaction always comes whole, however large)
 _POLL_CHANGES = 100_000
+_ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 _REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
 
 
@@ -91,10 +102,26 @@ class _View:
         self.dir = engine.state_dir / "views" / record.name
         self.store = StateStore(self.dir / "state")
         self.physical: PhysicalPlan = build_dataflow(plan, self.store)
+        self._state_time: int = self.store.committed_time or 0
+        self.recorded_time = 0  # state time last written to the catalog
         columns = list(zip(plan.output_names, plan.output_types, strict=True))
-        self.sink = ResultSink(
-            engine.sink_conn, record.name, record.result_schema, record.result_table, columns
+        # Spark runs each view's batches on its own thread: each view gets its own connection
+        self._own_conn = (
+            psycopg.connect(engine.dsn, autocommit=True) if engine.runner == "spark" else None
         )
+        self.sink = ResultSink(
+            self._own_conn or engine.sink_conn,
+            record.name,
+            record.result_schema,
+            record.result_table,
+            columns,
+        )
+        # the LSN the result table reflects (ahead of state_time after a crash between the
+        # sink's commit and the state's: the transactions up to it are then applied to the
+        # state only)
+        self.sink_lsn: int = record.last_lsn or 0
+        self.stream = None  # engine.spark.streaming.StreamingView while running on Spark
+        self.writes = 0  # batches that wrote result rows
         self.snapshot: PgSnapshot | None = self._load_snapshot()
         # commit time of the last source transaction applied (list_views' lag)
         self.last_commit: datetime | None = record.last_commit_time
@@ -117,7 +144,13 @@ class _View:
 
     @property
     def state_time(self) -> int:
-        return self.store.committed_time or 0
+        """The time (LSN) the view's state is committed at. Cached: other threads read it while
+        the view's own thread may be using the store (a rocksdict is single-threaded)."""
+        return self._state_time
+
+    def committed(self, time_: int) -> None:
+        """Call right after the dataflow committed ``time_``."""
+        self._state_time = time_
 
     @property
     def inputs(self) -> dict[str, tuple[str, ...]]:
@@ -140,14 +173,21 @@ class _View:
         shutil.rmtree(self.dir / "state", ignore_errors=True)
         self.store = StateStore(self.dir / "state")
         self.physical = build_dataflow(self.plan, self.store)
+        self._state_time = self.store.committed_time or 0
         self._projections = {}
 
     @property
     def result_name(self) -> str:
         return f"{self.record.result_schema}.{self.record.result_table}"
 
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "checkpoint"
+
     def close(self) -> None:
         self.store.close()
+        if self._own_conn is not None:
+            self._own_conn.close()
 
 
 class Engine:
@@ -158,14 +198,18 @@ class Engine:
         dsn: str | None = None,
         state_dir: str | Path = ".incview",
         runner: str = "spark",
+        *,
+        views: Iterable[str] | None = None,
+        spark_conf: dict[str, str] | None = None,
+        trigger_ms: int = 50,
     ) -> None:
         if runner not in ("local", "spark"):
             raise ValueError(f"runner must be 'local' or 'spark', not {runner!r}")
-        if runner == "spark":
-            raise ViewError(
-                "runner='spark' is not available yet in this build (the Spark runtime is being "
-                "built); use Engine(..., runner='local')"
-            )
+        # the views whose state this process opens (None: all); others may run elsewhere
+        self._only = None if views is None else set(views)
+        self.spark_conf = dict(spark_conf or {})
+        self.trigger_ms = trigger_ms
+        self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         if dsn is None:
             from engine.postgres.embedded import EmbeddedPostgres
@@ -188,6 +232,8 @@ class Engine:
         a crash interrupted (their dir holds the marker with the time to re-populate at)."""
         resume: list[tuple[_View, int]] = []
         for record in self.catalog.all():
+            if self._only is not None and record.name not in self._only:
+                continue
             marker = self.state_dir / "views" / record.name / _REPOPULATE_MARKER
             if record.phase == "populating" and not marker.exists():
                 continue  # an interrupted create_view: left for drop_view / re-creation
@@ -196,10 +242,22 @@ class Engine:
             if marker.exists():
                 resume.append((view, int(marker.read_text())))
         self._downstream_dirty = False  # a result table read by another view was written
+        self._advance_lock = threading.Lock()
+        self._next_advance = 0.0
         after = min((v.state_time for v in self.views.values()), default=0)
         self.reader = CdcReader(self.dsn, SLOT, PUBLICATION, after_lsn=after)
+        self._advancer = CdcReader(self.dsn, SLOT, PUBLICATION)  # under _advance_lock only
         for view, time_ in resume:
             self._repopulate(view, time_)
+
+    @property
+    def spark(self):
+        """The SparkSession (built on first use, ``engine.spark.session``)."""
+        if self._spark is None:
+            from engine.spark.session import get_spark
+
+            self._spark = get_spark(self.spark_conf, self.state_dir)
+        return self._spark
 
     # -- create ---------------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
@@ -225,6 +283,10 @@ class Engine:
                 self._replica_identity_full(t)  # result tables of older versions lack it
         self.reader.ensure(tables)  # checks wal_level and REPLICA IDENTITY FULL; creates the slot
         self.catalog.insert(name, sql, schema, table)
+        # the slot must not move past what the population snapshot (taken next) lacks
+        self.catalog.record_state({name: self.reader.confirmed_lsn()})
+        if self._only is not None:
+            self._only.add(name)
         record = self.catalog.get(name)
         assert record is not None
         view = None
@@ -263,6 +325,7 @@ class Engine:
         (a new table, or only the difference to an existing one); returns the rows written."""
         df = view.physical.dataflow
         with snapshot_reader(self.dsn) as reader:
+            tables = []
             for table, columns in view.inputs.items():
                 schema, _, name = table.partition(".")
                 source = self.sources.lookup(schema, name)
@@ -271,16 +334,49 @@ class Engine:
                         f"view {view.name}: source table {table} does not exist any more; "
                         f"re-create it or drop_view({view.name!r})"
                     )
-                for batch in reader.read_table(source, list(columns)):
+                tables.append((source, columns))
+            with PopulationProgress(view.name, tables) as progress:
+                for table, batch in self._read_sources(reader, tables):
                     df.push(table, batch)
+                    progress.update(len(batch))
             snap = reader.snapshot
         out = df.time_end(time_)
         written = view.sink.populate([out.diffs], lsn)
         view.save_snapshot(snap)
         df.commit(time_)
+        view.committed(time_)
         self._replica_identity_full(view.result_name)
         self._record_errors(view, df.errors())  # populating -> running (or error)
         return written
+
+    def _read_sources(self, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
+        """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
+        tasks sharing the exported snapshot, or in this process (runner local)."""
+        if self.runner == "spark":
+            from engine.spark.population import read_sources
+
+            yield from read_sources(self.spark, self.dsn, reader, tables)
+            return
+        for source, columns in tables:
+            for batch in reader.read_table(source, list(columns)):
+                yield source.qualified_name, batch
+
+    def repopulate(self, name: str) -> None:
+        """Recovery: send view ``name`` back to population (fresh state and snapshot; the result
+        table is corrected by difference). Its streaming job must not be running elsewhere."""
+        view = self.views.get(name)
+        if view is None:
+            raise ViewError(
+                f"view {name} is not open in this Engine (it does not exist, or another "
+                f"process runs it: open it with Engine(..., views=[{name!r}]))"
+            )
+        stream = view.stream
+        if stream is not None:
+            stream.stop()
+            view.stream = None
+        self._repopulate(view, view.state_time)
+        shutil.rmtree(view.checkpoint, ignore_errors=True)  # offsets restart at the state time
+        self.catalog.record_state({name: view.state_time})
 
     def _repopulate(self, view: _View, time_: int) -> None:
         """Send ``view`` back to population (seed 003): fresh state, a fresh snapshot, only the
@@ -312,6 +408,9 @@ class Engine:
         deadline = time.monotonic() + timeout_s
         if not self.views:
             return
+        if self.runner == "spark":
+            self._catch_up_spark(deadline, timeout_s)
+            return
         self._downstream_dirty = False
         target = self.reader.flush_wal()
         try:
@@ -331,8 +430,157 @@ class Engine:
                     )
         finally:
             # once per call: advancing a logical slot decodes the WAL from its restart point
-            if self.views:
-                self.reader.advance(min(v.state_time for v in self.views.values()))
+            self._advance_slot()
+
+    def _record_states(self, views: Iterable[_View]) -> None:
+        changed = {
+            v: v.state_time
+            for v in views
+            if v.state_time > _POPULATION_TIME and v.state_time != v.recorded_time
+        }
+        self.catalog.record_state({v.name: t for v, t in changed.items()})
+        for v, t in changed.items():
+            v.recorded_time = t
+
+    def _advance_slot(self) -> None:
+        """Record the open views' state LSNs and move the slot to the smallest over ALL views
+        of the catalog (other processes may run other views)."""
+        if not self.views:
+            return
+        with self._advance_lock:
+            self._record_states(self.views.values())
+            target = self.catalog.min_state_lsn()
+            if target is not None:
+                self._advancer.advance(target)
+
+    # -- running on Spark -----------------------------------------------------------------------
+    def _start_streams(self, views: Iterable[_View]) -> None:
+        """Start the streaming queries of ``views`` that are not running."""
+        from engine.spark.streaming import start_all
+
+        todo = [v for v in views if v.stream is None or not v.stream.active]
+        for view in todo:
+            view.stream = self._stream(view)
+        start_all([v.stream for v in todo])
+
+    def _stream(self, view: _View):
+        from engine.spark.streaming import StreamingView
+
+        return StreamingView(
+            self.spark,
+            view.name,
+            lambda txs, v=view: self._apply_stream_batch(v, txs),
+            dsn=self.dsn,
+            slot=SLOT,
+            publication=PUBLICATION,
+            tables=list(view.inputs),
+            start_lsn=view.state_time,
+            checkpoint=view.checkpoint,
+            trigger_ms=self.trigger_ms,
+        )
+
+    def _apply_stream_batch(self, view: _View, txs: list[Transaction]) -> None:
+        """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
+        self._apply_view(view, txs, txs[-1].end_lsn)
+        if time.monotonic() >= self._next_advance:
+            # advancing decodes the WAL from the slot's restart point: not after every batch
+            self._next_advance = time.monotonic() + _ADVANCE_EVERY_S
+            self._advance_slot()
+
+    def _last_commit_upto(self, target: int) -> int | None:
+        """End LSN of the last transaction in the slot that ends at or before ``target``."""
+        with self._advance_lock:
+            ends, _ = self._advancer.commit_ends(None)  # type: ignore[arg-type]
+        done = [end for end, _ in ends if end <= target]
+        return done[-1] if done else None
+
+    def _catch_up_spark(self, deadline: float, timeout_s: float) -> None:
+        """Start the views' streaming queries if needed and wait until each has applied every
+        transaction committed before the call (and, for views on views, what the upstream views
+        wrote meanwhile)."""
+        self._start_streams(self.views.values())
+        upstream = {v.name for v in self.views.values() if v.result_name in self._inputs_of_all()}
+        while True:
+            writes = {n: self.views[n].writes for n in upstream}
+            target = self._last_commit_upto(self.reader.flush_wal())
+            while target is not None:
+                failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
+                failed = [(n, f) for n, f in failed if f]
+                if failed:
+                    name, why = failed[0]
+                    raise ViewError(f"view {name}: its streaming query failed: {why}")
+                if all(v.state_time >= target for v in self.views.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
+                        "again (or with a larger timeout_s); the views keep what they applied"
+                    )
+                time.sleep(0.02)
+            if all(self.views[n].writes == writes[n] for n in upstream):
+                self._advance_slot()
+                return
+
+    def run(
+        self, views: Iterable[str] | None = None, *, heartbeat_s: float = 1.0, stop=None
+    ) -> None:
+        """Run the views (all open ones, or ``views``) until SIGINT/SIGTERM (or ``stop``, a
+        ``threading.Event``, is set): one streaming query per view on Spark, or a polling loop
+        in-process (runner local). Keeps a heartbeat per view in the catalog. Stops cleanly: a
+        batch in flight commits (sink and state) first; the slot is never advanced past what
+        every view committed. Raises ViewError when a view's query fails."""
+        names = list(self.views) if views is None else list(views)
+        missing = [n for n in names if n not in self.views]
+        if missing:
+            raise ViewError(
+                f"cannot run view(s) {', '.join(missing)}: not created, or not opened by this "
+                "Engine (views=[...])"
+            )
+        stop = stop or threading.Event()
+        restore = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                restore[sig] = signal.signal(sig, lambda *_: stop.set())
+        running = [self.views[n] for n in names]
+        pid, host = os.getpid(), socket.gethostname()
+        try:
+            if self.runner == "spark":
+                self._start_streams(running)
+            next_beat = 0.0
+            while not stop.is_set():
+                if self.runner == "local":
+                    self._run_local_once(running)
+                else:
+                    for view in running:
+                        why = view.stream.failure() if view.stream else None
+                        if why:
+                            self.catalog.set_phase(view.name, "error", why)
+                            raise ViewError(f"view {view.name}: its streaming query failed: {why}")
+                if time.monotonic() >= next_beat:
+                    lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
+                    for view in running:
+                        self.catalog.heartbeat(view.name, pid, host, lags.get(view.name))
+                    self._advance_slot()  # also records the state LSNs of quiet views
+                    next_beat = time.monotonic() + heartbeat_s
+                stop.wait(self.trigger_ms / 1000.0 if self.runner == "local" else 0.2)
+        finally:
+            for view in running:
+                if view.stream is not None:
+                    view.stream.stop()
+                    view.stream = None
+                self.catalog.stopped(view.name)
+            self._advance_slot()
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+
+    def _run_local_once(self, running: list[_View]) -> None:
+        """One poll of the slot applied to ``running`` (runner local's streaming loop)."""
+        txs = self.reader.poll(_POLL_CHANGES)
+        if txs:
+            end = txs[-1].end_lsn
+            for view in running:
+                self._apply_view(view, txs, end)
+            self._advance_slot()
 
     def _apply(self, txs: list[Transaction]) -> None:
         end = txs[-1].end_lsn
@@ -354,6 +602,13 @@ class Engine:
         base = view.state_time
         if end <= base:
             return False
+        if base < view.sink_lsn < end:
+            # the result table already reflects the transactions up to sink_lsn (a crash came
+            # between the sink's commit and the state's): apply those to the state alone first
+            head = [tx for tx in txs if tx.end_lsn <= view.sink_lsn]
+            self._apply_view(view, head, view.sink_lsn)
+            txs = [tx for tx in txs if tx.end_lsn > view.sink_lsn]
+            base = view.state_time
         repopulations = 0
         i = 0
         last_commit = None
@@ -385,16 +640,20 @@ class Engine:
         df = view.physical.dataflow
         out = df.time_end(end)
         try:
-            view.sink.apply(out.diffs, end, last_commit)
+            if view.sink.apply(out.diffs, end, last_commit):
+                view.sink_lsn = end
         except Exception as e:
             df.abort()
             self.catalog.set_phase(view.name, "sink_error", str(e))
             raise ViewError(f"view {view.name}: writing the result table failed: {e}") from e
         df.commit(end)
+        view.committed(end)
         if last_commit is not None:
             view.last_commit = last_commit
         if out.errs or view.record.phase == "error":
             self._record_errors(view, df.errors())
+        if out.diffs:
+            view.writes += 1
         return bool(out.diffs)
 
     def _record_errors(self, view: _View, errors: dict[str, int]) -> None:
@@ -502,6 +761,8 @@ class Engine:
             )
         view = self.views.pop(name, None)
         if view is not None:
+            if view.stream is not None:
+                view.stream.stop()
             view.sink.drop()
             view.close()
         else:
@@ -511,17 +772,30 @@ class Engine:
             ).drop()
         shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
         self.catalog.delete(name)
-        if not self.views:
+        others = self.catalog.all()
+        if not others:
             self.reader.drop()
         else:
-            needed = sorted({t for v in self.views.values() for t in v.inputs})
-            self.reader.set_tables(needed)
+            needed: set[str] = set()
+            for r in others:
+                v = self.views.get(r.name)
+                needed.update(v.inputs if v is not None else self._tables_of(r.sql))
+            self.reader.set_tables(sorted(needed))
+
+    def _tables_of(self, sql: str) -> list[str]:
+        """Source tables of a view this process has not opened."""
+        return [s.qualified_name for s in plan_view(sql, self.sources).sources]
 
     def close(self) -> None:
+        for view in self.views.values():
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
         for view in self.views.values():
             view.close()
         self.views.clear()
         self.reader.close()
+        self._advancer.close()
         self.conn.close()
         self.sink_conn.close()
         if self.embedded is not None:

@@ -45,3 +45,18 @@ def pg_conn(pg_dsn):
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         yield conn
+
+
+# --- one SparkSession per test session (engine.spark.session) ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """The test session's one local[2] SparkSession; Engine(runner="spark") reuses it."""
+    from engine.spark.session import get_spark
+
+    session = get_spark({"spark.master": "local[2]"}, tmp_path_factory.mktemp("spark"))
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()

@@ -417,25 +417,72 @@ class CdcReader:
         )
 
     # -- reading --------------------------------------------------------------------------
-    def peek(self, limit: int | None) -> list[bytes]:
-        """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
-        a peek stops only between transactions, a little more)."""
+    @contextlib.contextmanager
+    def slot_lock(self) -> Iterator[psycopg.Connection]:
+        """The reader's connection inside a transaction holding the slot's advisory lock.
+
+        A logical slot serves one backend at a time (a second peek fails with "replication slot
+        ... is active"): every peek and advance of incview's slot, from any process (Spark tasks,
+        several streaming queries, the local runner), takes this lock first."""
         conn = self.connection()
-        with conn.cursor(binary=True) as cur:
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"incview.slot:{self.slot}",)
+            )
+            yield conn
+
+    def _peek_error(self, e: psycopg.errors.UndefinedObject) -> ViewError:
+        if "replication slot" in str(e):
+            return self._no_slot()
+        return ViewError(
+            f"reading slot {self.slot}: {e}; the publication {self.publication} must "
+            "exist before the slot's first change (call ensure() before creating the slot)"
+        )
+
+    def peek(self, limit: int | None, upto_lsn: int | None = None) -> list[bytes]:
+        """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
+        a peek stops only between transactions, a little more; with ``upto_lsn``, only the
+        transactions whose commit record starts before it)."""
+        upto = format_lsn(upto_lsn) if upto_lsn is not None else None
+        with self.slot_lock() as conn, conn.cursor(binary=True) as cur:
             try:
                 cur.execute(
-                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
                     "'proto_version', '1', 'publication_names', %s)",
+                    (self.slot, upto, limit, quote_ident(self.publication)),
+                )
+            except psycopg.errors.UndefinedObject as e:
+                raise self._peek_error(e) from e
+            return [r[0] for r in cur.fetchall()]
+
+    def commit_ends(self, limit: int) -> tuple[list[tuple[int, int]], int]:
+        """Where the transactions in the slot end, without shipping their rows: a peek of about
+        ``limit`` messages from the confirmed position, filtered in the server to the Commit
+        messages. Returns ([(end_lsn, messages up to and including that commit)], messages read);
+        fewer messages read than ``limit`` means the peek reached the end of the flushed WAL."""
+        with self.slot_lock() as conn, conn.cursor(binary=True) as cur:
+            try:
+                cur.execute(
+                    "SELECT n, total, substring(data from 11 for 8) FROM ("
+                    "SELECT row_number() OVER () AS n, count(*) OVER () AS total, data "
+                    "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "'proto_version', '1', 'publication_names', %s)) s "
+                    "WHERE get_byte(data, 0) = 67",
                     (self.slot, limit, quote_ident(self.publication)),
                 )
             except psycopg.errors.UndefinedObject as e:
-                if "replication slot" in str(e):
-                    raise self._no_slot() from e
-                raise ViewError(
-                    f"reading slot {self.slot}: {e}; the publication {self.publication} must "
-                    "exist before the slot's first change (call ensure() before creating the slot)"
-                ) from e
-            return [r[0] for r in cur.fetchall()]
+                raise self._peek_error(e) from e
+            rows = cur.fetchall()
+        ends = [(int.from_bytes(end, "big"), int(n)) for n, _total, end in rows]
+        return ends, int(rows[-1][1]) if rows else 0
+
+    def read_range(self, start: int, end: int) -> list[Transaction]:
+        """The whole transactions whose end LSN lies in (``start``, ``end``], oldest first: the
+        contents of one micro-batch with LSN offsets. Deterministic as long as the slot has not
+        been advanced past ``start`` (it never is before the batch is committed)."""
+        self.last_lsn = start
+        txs, _ = self._assemble(self.peek(None, upto_lsn=end))
+        return [tx for tx in txs if start < tx.end_lsn <= end]
 
     def poll(self, max_changes: int = 10000) -> list[Transaction]:
         """The committed transactions after the last one returned, whole, oldest first.
@@ -562,14 +609,11 @@ class CdcReader:
         current = self.confirmed_lsn()
         if target <= current:
             return current
-        row = (
-            self.connection()
-            .execute(
+        with self.slot_lock() as conn:
+            row = conn.execute(
                 "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
                 (self.slot, format_lsn(target)),
-            )
-            .fetchone()
-        )
+            ).fetchone()
         assert row is not None
         self.last_lsn = max(self.last_lsn, target)
         return parse_lsn(row[0])

@@ -40,6 +40,19 @@ MIGRATIONS: tuple[str, ...] = (
         ADD COLUMN IF NOT EXISTS last_batch_rows bigint,
         ADD COLUMN IF NOT EXISTS last_batch_ms double precision;
     """,
+    # state_lsn: where the view's operator state is (<= last_lsn after a crash between the sink's
+    # commit and the state's); the slot never advances past the smallest (engine.Engine).
+    # runner_pid/runner_host: the process running the view's streaming job.
+    f"""
+    ALTER TABLE {SCHEMA}.views
+        ADD COLUMN IF NOT EXISTS state_lsn pg_lsn,
+        ADD COLUMN IF NOT EXISTS runner_pid integer,
+        ADD COLUMN IF NOT EXISTS runner_host text;
+    """,
+    # lag_ms: the running job's lag at its last heartbeat (list_views' meaning)
+    f"""
+    ALTER TABLE {SCHEMA}.views ADD COLUMN IF NOT EXISTS lag_ms double precision;
+    """,
 )
 
 
@@ -57,6 +70,10 @@ class ViewRecord:
     last_commit_time: datetime | None
     last_batch_rows: int | None
     last_batch_ms: float | None
+    state_lsn: int | None
+    runner_pid: int | None
+    runner_host: str | None
+    lag_ms: float | None
 
 
 def lsn_to_int(lsn: str | None) -> int | None:
@@ -72,7 +89,8 @@ def int_to_lsn(value: int) -> str:
 
 _COLUMNS = (
     "name, sql, result_schema, result_table, phase, created, last_lsn::text, last_error, "
-    "heartbeat, last_commit_time, last_batch_rows, last_batch_ms"
+    "heartbeat, last_commit_time, last_batch_rows, last_batch_ms, state_lsn::text, runner_pid, "
+    "runner_host, lag_ms"
 )
 
 
@@ -113,6 +131,7 @@ class ViewCatalog:
     def _record(self, row) -> ViewRecord:
         values = list(row)
         values[6] = lsn_to_int(values[6])
+        values[12] = lsn_to_int(values[12])
         return ViewRecord(*values)
 
     def get(self, name: str) -> ViewRecord | None:
@@ -138,8 +157,41 @@ class ViewCatalog:
             (phase, error, name),
         )
 
-    def heartbeat(self, name: str) -> None:
-        self.conn.execute(f"UPDATE {SCHEMA}.views SET heartbeat = now() WHERE name = %s", (name,))
+    def heartbeat(
+        self, name: str, pid: int | None = None, host: str | None = None, lag_ms=None
+    ) -> None:
+        """The view's streaming job is alive (in process ``pid`` on ``host``, ``lag_ms`` behind)."""
+        self.conn.execute(
+            f"UPDATE {SCHEMA}.views SET heartbeat = now(), runner_pid = coalesce(%s, runner_pid), "
+            "runner_host = coalesce(%s, runner_host), lag_ms = %s WHERE name = %s",
+            (pid, host, lag_ms, name),
+        )
+
+    def stopped(self, name: str) -> None:
+        """The view's streaming job stopped cleanly (no process runs it)."""
+        self.conn.execute(
+            f"UPDATE {SCHEMA}.views SET runner_pid = NULL, runner_host = NULL WHERE name = %s",
+            (name,),
+        )
+
+    def record_state(self, states: dict[str, int]) -> None:
+        """The views' operator state is committed up to these LSNs."""
+        if states:
+            names, lsns = zip(*((n, int_to_lsn(lsn)) for n, lsn in states.items()), strict=True)
+            self.conn.execute(
+                f"UPDATE {SCHEMA}.views v SET state_lsn = s.lsn::pg_lsn FROM "
+                "unnest(%s::text[], %s::text[]) AS s(name, lsn) WHERE v.name = s.name",
+                (list(names), list(lsns)),
+            )
+
+    def min_state_lsn(self) -> int | None:
+        """The smallest state LSN over every view (None if some view has none yet)."""
+        row = self.conn.execute(
+            f"SELECT bool_or(state_lsn IS NULL), min(state_lsn)::text FROM {SCHEMA}.views"
+        ).fetchone()
+        if row is None or row[0] is None or row[0]:
+            return None
+        return lsn_to_int(row[1])
 
     def delete(self, name: str) -> None:
         self.conn.execute(f"DELETE FROM {SCHEMA}.views WHERE name = %s", (name,))

@@ -12,7 +12,7 @@ def test_cli_verbs_end_to_end(pg_dsn, tmp_path, capsys):
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, g text, v int)")
         conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
         conn.execute("INSERT INTO t VALUES (1, 'a', 10), (2, 'a', 5), (3, 'b', 1)")
-        base = ["--dsn", pg_dsn, "--state-dir", str(tmp_path / "s")]
+        base = ["--dsn", pg_dsn, "--state-dir", str(tmp_path / "s"), "--runner", "local"]
         assert (
             main([*base, "create-view", "sums", "SELECT g, sum(v) AS total FROM t GROUP BY g"]) == 0
         )

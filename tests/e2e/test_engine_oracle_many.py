@@ -172,7 +172,7 @@ class Workload:
 
 
 def run_engine_oracle(
-    dsn: str, state_dir, names: list[str], batches: int, seed: int
+    dsn: str, state_dir, names: list[str], batches: int, seed: int, runner: str = "local"
 ) -> tuple[int, int]:
     """Run the oracle; returns (transactions written during population, TRUNCATEs)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -189,7 +189,7 @@ def run_engine_oracle(
                 while not stop.is_set():
                     during.transaction(6)
 
-        with Engine(dsn, state_dir, runner="local") as eng:
+        with Engine(dsn, state_dir, runner=runner) as eng:
             t = threading.Thread(target=writer)
             t.start()
             try:

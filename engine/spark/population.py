@@ -1,0 +1,68 @@
+"""Population as a Spark batch job: the view's source tables read in parallel Spark tasks that
+share one exported snapshot (see ``engine.spark.snapshot_source``), streamed back to the driver,
+where the view's dataflow computes the initial result and its operators' initial state.
+
+The driver keeps the snapshot's transaction open for the whole read (an exported snapshot lives
+only as long as the transaction that exported it). This module must not write the result table
+or commit state: ``Engine`` does that, exactly as for the in-process population.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+from engine.dataflow.batch import DiffBatch
+from engine.postgres.snapshot import SnapshotReader
+from engine.spark.snapshot_source import NAME, TableSlice, encode_plan
+from engine.sql.catalog import SourceTable
+
+MIN_SLICE_BLOCKS = 256  # 2 MB of heap: smaller tables are read by one task
+
+
+def table_blocks(reader: SnapshotReader, table: SourceTable) -> int:
+    """Heap blocks of ``table`` now (>= its size when the snapshot was taken: every row the
+    snapshot sees lies in one of them)."""
+    row = reader.conn.execute(
+        "SELECT pg_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass) "
+        "/ current_setting('block_size')::int",
+        (table.schema, table.name),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def plan_slices(
+    reader: SnapshotReader, tables: list[tuple[SourceTable, tuple[str, ...]]], parallelism: int
+) -> list[TableSlice]:
+    """Block-range slices: about ``2 x parallelism`` per large table, one per small table; the
+    last slice of a table is open-ended."""
+    slices: list[TableSlice] = []
+    for table, columns in tables:
+        blocks = table_blocks(reader, table)
+        n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS))
+        step = -(-blocks // n) if blocks else 0
+        for i in range(n):
+            first = i * step
+            end = None if i == n - 1 else (i + 1) * step
+            slices.append(TableSlice(table, columns, first, end))
+    return slices
+
+
+def read_sources(
+    spark, dsn: str, reader: SnapshotReader, tables: list[tuple[SourceTable, tuple[str, ...]]]
+) -> Iterator[tuple[str, DiffBatch]]:
+    """(table, insert-only batch) for every row of ``tables`` in ``reader``'s snapshot, read by
+    Spark tasks in parallel; partitions stream to the driver one at a time."""
+    slices = plan_slices(reader, tables, spark.sparkContext.defaultParallelism)
+    if not slices:
+        return
+    df = (
+        spark.read.format(NAME)
+        .option("dsn", dsn)
+        .option("snapshot", reader.export_snapshot())
+        .option("plan", encode_plan(slices))
+        .load()
+    )
+    for row in df.toLocalIterator(prefetchPartitions=True):
+        rows = pickle.loads(row["payload"])
+        yield row["table"], DiffBatch(rows, [1] * len(rows))

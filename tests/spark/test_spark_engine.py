@@ -1,0 +1,250 @@
+"""The Spark runtime end to end on a real local SparkSession, real Postgres and real rocksdict
+state: population as a Spark job, each view as a Structured Streaming query, a writer active
+while the queries run, SIGKILL of the streaming process and its restart. After every catch-up
+each result table equals its query run by Postgres (multisets, EXCEPT ALL both ways)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine.engine import Engine
+from tests.e2e.test_engine_oracle_many import QUICK, Workload, diff_counts, run_engine_oracle
+
+pytestmark = pytest.mark.slow
+
+# views of the planner's oracle run on Spark: every family of constructs
+SPARK_VIEWS = [
+    "expr_case",
+    "join_inner",
+    "join_four_way",
+    "join_left",
+    "agg_basic",
+    "agg_count_distinct",
+    "agg_having",
+    "agg_min_max_deletes",
+    "agg_left_join_count",
+    "except_all",
+    "subquery_not_in_nulls",
+    "subquery_exists",
+    "subquery_scalar_correlated",
+    "limit_over_aggregate",
+    "window_top_k_per_group",
+]
+
+STREAM_VIEWS = {
+    "order_totals": "SELECT c.name, count(*) AS n, sum(o.qty) AS qty FROM orders o "
+    "JOIN customers c ON c.id = o.customer_id GROUP BY c.name",
+    "big_orders": "SELECT id, qty FROM orders WHERE qty > 5",
+    "customers_without_orders": "SELECT c.id FROM customers c WHERE NOT EXISTS "
+    "(SELECT 1 FROM orders o WHERE o.customer_id = c.id)",
+}
+
+
+def check(conn, views: dict[str, str]) -> None:
+    bad = {n: d for n, d in ((n, diff_counts(conn, n, q)) for n, q in views.items()) if d != (0, 0)}
+    assert not bad, f"result tables differ from their queries (missing, extra): {bad}"
+
+
+def test_planner_views_on_spark(spark, pg_dsn, tmp_path):
+    assert len(SPARK_VIEWS) >= 15 and set(SPARK_VIEWS) <= set(QUICK)
+    during, truncates = run_engine_oracle(
+        pg_dsn, tmp_path / "state", SPARK_VIEWS, batches=3, seed=41, runner="spark"
+    )
+    assert during > 0 and truncates > 0
+
+
+def test_streaming_queries_keep_up_with_a_writer(spark, pg_dsn, tmp_path):
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 5)
+        work.setup()
+        with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
+            for name, sql in STREAM_VIEWS.items():
+                eng.create_view(name, sql)
+            eng.catch_up(120)  # starts the streaming queries
+            check(conn, STREAM_VIEWS)
+            stop = threading.Event()
+
+            def writer() -> None:
+                with psycopg.connect(pg_dsn, autocommit=True) as wconn:
+                    w = Workload(wconn, 6)
+                    w.models = work.models
+                    while not stop.is_set():
+                        w.transaction(3)
+                        work.committed += 1
+
+            t = threading.Thread(target=writer)
+            t.start()
+            time.sleep(12)
+            stop.set()
+            t.join()
+            eng.catch_up(120)
+            check(conn, STREAM_VIEWS)
+            metrics = list(eng.views["order_totals"].stream.metrics)
+            # the queries ran while the writer did (not only in the final catch-up), and under
+            # load batches grew: far fewer batches than transactions
+            assert len(metrics) >= 3
+            assert max(m.transactions for m in metrics) > 1
+            assert len(metrics) < sum(m.transactions for m in metrics) / 2
+            status = {s.name: s for s in eng.list_views()}
+            assert all(s.phase == "running" and s.lag_ms == 0 for s in status.values())
+
+
+def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_path, monkeypatch):
+    import engine.spark.population as population
+
+    monkeypatch.setattr(population, "MIN_SLICE_BLOCKS", 2)  # many slices per table
+    sql = STREAM_VIEWS["order_totals"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 9)
+        work.setup()
+        conn.execute(
+            "INSERT INTO orders (id, customer_id, qty) SELECT 10000 + i, i % 7, i % 13 FROM generate_series(1, 20000) i"
+        )
+        with Engine(pg_dsn, tmp_path / "spark", runner="spark") as on_spark:
+            from engine.postgres.snapshot import snapshot_reader
+
+            with snapshot_reader(pg_dsn) as reader:
+                orders = on_spark.sources.lookup("public", "orders")
+                assert len(population.plan_slices(reader, [(orders, ("id",))], 2)) > 1
+            on_spark.create_view("totals_spark", sql)
+            with Engine(pg_dsn, tmp_path / "local", runner="local", views=[]) as local:
+                local.create_view("totals_local", sql)
+                same = conn.execute(
+                    "SELECT (SELECT count(*) FROM (TABLE totals_spark EXCEPT ALL TABLE totals_local) a)"
+                    " + (SELECT count(*) FROM (TABLE totals_local EXCEPT ALL TABLE totals_spark) b)"
+                ).fetchone()[0]
+                assert same == 0
+                assert conn.execute("SELECT count(*) FROM totals_spark").fetchone()[0] > 0
+                # both states are right: the same changes keep both equal to the query
+                for _ in range(5):
+                    work.transaction(10)
+                on_spark.catch_up(120)
+                local.catch_up(60)
+                check(conn, {"totals_spark": sql, "totals_local": sql})
+
+
+def _run_process(dsn: str, state_dir: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "--dsn",
+            dsn,
+            "--state-dir",
+            str(state_dir),
+            "--runner",
+            "spark",
+            "run",
+            "--trigger-ms",
+            "50",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(
+                f"the streaming process exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _last_commit_end(dsn: str) -> int:
+    from engine.engine import PUBLICATION, SLOT
+    from engine.postgres.cdc import CdcReader
+
+    with CdcReader(dsn, SLOT, PUBLICATION) as reader:
+        reader.flush_wal()
+        ends, _ = reader.commit_ends(None)
+    return ends[-1][0]
+
+
+def _view_lsns(conn, column: str) -> list[int | None]:
+    from engine.postgres.view_catalog import lsn_to_int
+
+    rows = conn.execute(f"SELECT {column}::text FROM incview.views ORDER BY name").fetchall()
+    return [lsn_to_int(r[0]) for r in rows]
+
+
+def test_sigkill_of_the_streaming_process_loses_and_repeats_nothing(spark, pg_dsn, tmp_path):
+    state = tmp_path / "state"
+    log = tmp_path / "run.log"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 13)
+        work.setup()
+        with Engine(pg_dsn, state, runner="spark") as eng:
+            for name, sql in STREAM_VIEWS.items():
+                eng.create_view(name, sql)
+        stop = threading.Event()
+
+        def writer() -> None:
+            with psycopg.connect(pg_dsn, autocommit=True) as wconn:
+                w = Workload(wconn, 14)
+                w.models = work.models
+                while not stop.is_set():
+                    w.transaction(4)
+                    time.sleep(0.005)
+
+        proc = _run_process(pg_dsn, state, log)
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            start = _view_lsns(conn, "last_lsn")
+            _wait_for(
+                lambda: all(
+                    a is not None and (b is None or a > b)
+                    for a, b in zip(_view_lsns(conn, "last_lsn"), start, strict=True)
+                ),
+                180,
+                "every view to apply batches",
+                proc,
+                log,
+            )
+            moved = _view_lsns(conn, "last_lsn")
+            _wait_for(lambda: _view_lsns(conn, "last_lsn") != moved, 60, "more batches", proc, log)
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-stream: the writer is still writing
+            proc.wait(30)
+            time.sleep(1)
+        finally:
+            stop.set()
+            t.join()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        last = _last_commit_end(pg_dsn)
+        # restart: the checkpointed offsets, the state and the sink's LSN agree again
+        proc = _run_process(pg_dsn, state, log)
+        try:
+            _wait_for(
+                lambda: all(x is not None and x >= last for x in _view_lsns(conn, "state_lsn")),
+                180,
+                "the restarted process to apply every transaction",
+                proc,
+                log,
+            )
+            check(conn, STREAM_VIEWS)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(120) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        pids = conn.execute("SELECT count(runner_pid) FROM incview.views").fetchone()[0]
+        assert pids == 0  # a clean stop clears the job's pid
