@@ -1,0 +1,250 @@
+"""``IncViewResource``: the Dagster resource through which assets, sensors and checks reach incview.
+
+One ``ConfigurableResource`` holds what every part needs: the database (``dsn``; None runs the
+embedded PostgreSQL under ``state_dir``, started on first use and left running for the streaming
+jobs), the state directory, the runner (``spark`` or ``local``) and extra Spark conf. Everything is
+built lazily: constructing the resource (at definition load, in the sensor daemon) touches
+nothing; an ``Engine`` opens only the views a caller names (RocksDB state is single-process), and
+the SparkSession exists only in a process that populates on Spark (``spark_session``, handed out
+through dagster-pyspark's ``LazyPySparkResource`` once incview's own builder configured it).
+``populate`` is the population/recovery step of a view asset: stop the view's streaming job,
+create the view (or re-populate it, or re-define it when its SQL changed), start the job again.
+This module must not build Dagster definitions or decide when to populate (that is the sensors').
+
+Example::
+
+    from incview_dagster import IncViewResource
+
+    incview = IncViewResource(dsn="postgresql://app@db:5432/shop", state_dir="/var/lib/incview")
+    with incview.connect() as conn:
+        print(conn.execute("SELECT name, phase FROM incview.views").fetchall())
+"""
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from dagster import ConfigurableResource
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr
+
+from engine.errors import ViewError
+from engine.postgres.view_catalog import ViewCatalog, ViewRecord
+from incview_dagster.jobs import StreamingJobLauncher, StreamingJobStatus
+from incview_dagster.lineage import source_tables
+from incview_dagster.view import IncView
+
+_EMBEDDED: dict[Path, Any] = {}  # state dir -> its started EmbeddedPostgres (one per process)
+
+
+def embedded_dsn(state_dir: str | Path) -> str:
+    """DSN of the embedded PostgreSQL under ``state_dir`` (started if it does not run). It is
+    never stopped from here: streaming jobs and other Dagster processes use it too."""
+    from engine.postgres.embedded import EmbeddedPostgres
+
+    directory = (Path(state_dir) / "postgres").absolute()
+    server = _EMBEDDED.get(directory)
+    if server is None:
+        server = EmbeddedPostgres(directory).start()
+        _EMBEDDED[directory] = server
+    return server.dsn
+
+
+@dataclass(frozen=True)
+class PopulationReport:
+    """What ``IncViewResource.populate`` did, for the asset's metadata."""
+
+    view: str
+    action: str  # created | repopulated | redefined
+    rows: int
+    seconds: float
+    explain: str
+    result_columns: list[tuple[str, str]]
+    state_dir: Path
+    job: StreamingJobStatus
+    stopped_job: bool
+    spark_startup_s: float | None = None  # getting the SparkSession (runner spark); not in seconds
+
+
+class IncViewResource(ConfigurableResource):
+    """Connection to incview: database, state directory, runner and Spark settings."""
+
+    dsn: str | None = Field(
+        default=None,
+        description="Postgres connection string; None: the embedded PostgreSQL under state_dir",
+    )
+    state_dir: str = Field(
+        default=".incview", description="views' state, streaming jobs' pid files and logs"
+    )
+    runner: str = Field(
+        default="spark", description="spark (population and streaming on Spark) or local"
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="extra Spark conf (spark.master, memory, ...)"
+    )
+    job_stop_timeout_s: float = Field(
+        default=90.0, description="how long a streaming job gets to stop on SIGTERM"
+    )
+
+    _lazy_spark: LazyPySparkResource | None = PrivateAttr(default=None)
+
+    # -- database ------------------------------------------------------------------------------
+    def get_dsn(self) -> str:
+        """The configured DSN, or the embedded server's (started on first use)."""
+        return self.dsn or embedded_dsn(self.state_path)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir).absolute()
+
+    def connect(self) -> psycopg.Connection:
+        """A new autocommit connection to the views' database."""
+        return psycopg.connect(self.get_dsn(), autocommit=True)
+
+    def view_records(self) -> dict[str, ViewRecord]:
+        """Every view of the catalog (``incview.views``) by name: the state shared with the jobs."""
+        with self.connect() as conn:
+            return {r.name: r for r in ViewCatalog.open(conn).all()}
+
+    @contextlib.contextmanager
+    def open_engine(self, views: list[str] | None = None) -> Iterator[Any]:
+        """An ``engine.Engine`` opening only ``views`` (None: all views; [] none). Close it
+        before a streaming job takes a view over (RocksDB state is single-process)."""
+        from engine.engine import Engine
+
+        eng = Engine(
+            self.get_dsn(),
+            self.state_path,
+            runner=self.runner,
+            views=views,
+            spark_conf=dict(self.spark_conf),
+        )
+        try:
+            yield eng
+        finally:
+            eng.close()
+
+    # -- Spark ---------------------------------------------------------------------------------
+    @property
+    def spark_session(self) -> Any:
+        """The process's SparkSession, created on first access: incview's builder
+        (``engine.spark.session``: Java discovery, loopback, scratch dirs under the state dir,
+        incview's data sources) with ``spark_conf``, handed out by dagster-pyspark's
+        ``LazyPySparkResource`` (which returns the active session)."""
+        if self._lazy_spark is None:
+            from engine.spark.session import get_spark
+
+            get_spark(dict(self.spark_conf), self.state_path)
+            self._lazy_spark = LazyPySparkResource(spark_config=dict(self.spark_conf))
+        return self._lazy_spark.spark_session
+
+    # -- streaming jobs ------------------------------------------------------------------------
+    def streaming_jobs(self) -> StreamingJobLauncher:
+        """The launcher of the views' long-lived ``incview run --view NAME`` processes."""
+        return StreamingJobLauncher(
+            self.state_path, self.get_dsn(), self.runner, dict(self.spark_conf)
+        )
+
+    # -- population / recovery -----------------------------------------------------------------
+    def populate(self, view: IncView, log: Any = None) -> PopulationReport:
+        """Population or recovery of ``view`` (the body of its asset), under the view's lock:
+
+        1. stop the view's streaming job (it holds the state);
+        2. in this process, with an Engine opening only this view: ``create_view`` when the
+           catalog lacks it (or lacks a finished creation), ``repopulate`` when it exists with
+           the same SQL (recovery: fresh state and snapshot, the result table corrected by
+           difference), drop and create when its SQL changed;
+        3. close the Engine and start the streaming job, detached.
+        """
+        jobs = self.streaming_jobs()
+        with jobs.lock(view.name):
+            stopped = jobs.stop(view.name, self.job_stop_timeout_s)
+            if stopped and log is not None:
+                log.info(f"stopped the streaming job of {view.name}")
+            spark_startup_s = None
+            if self.runner == "spark":
+                # the population's Spark job runs on this session (the Engine gets the active one)
+                started = time.monotonic()
+                spark = self.spark_session
+                spark_startup_s = time.monotonic() - started
+                if log is not None:
+                    log.info(
+                        f"SparkSession ready ({spark.sparkContext.master}) after "
+                        f"{spark_startup_s:.1f} s"
+                    )
+            start = time.monotonic()
+            with self.open_engine(views=[view.name]) as eng:
+                record = eng.catalog.get(view.name)
+                if record is None:
+                    action = "created"
+                    eng.create_view(view.name, view.sql)
+                elif record.sql != view.sql or view.name not in eng.views:
+                    # re-defined, or a creation that was interrupted (not openable)
+                    action = "redefined" if record.sql != view.sql else "created"
+                    self._refuse_if_read_by_others(eng, view)
+                    eng.drop_view(view.name)
+                    eng.create_view(view.name, view.sql)
+                else:
+                    action = "repopulated"
+                    eng.repopulate(view.name)
+                seconds = time.monotonic() - start
+                if log is not None:
+                    log.info(f"{action} view {view.name} in {seconds:.2f} s")
+                explain = eng.explain(view.sql)
+                rows, columns = _result_table_facts(eng.conn, view)
+            job = jobs.start(view.name)
+            if log is not None:
+                log.info(
+                    f"started the streaming job of {view.name}: pid {job.pid}, log {job.log_path}"
+                )
+        return PopulationReport(
+            view.name,
+            action,
+            rows,
+            seconds,
+            explain,
+            columns,
+            self.state_path / "views" / view.name,
+            job,
+            stopped,
+            spark_startup_s,
+        )
+
+    @staticmethod
+    def _refuse_if_read_by_others(eng: Any, view: IncView) -> None:
+        readers = []
+        for record in eng.catalog.all():
+            if record.name == view.name:
+                continue
+            try:
+                tables = source_tables(record.sql)
+            except Exception:
+                continue
+            if (view.result_schema, view.result_table) in tables:
+                readers.append(record.name)
+        if readers:
+            raise ViewError(
+                f"view {view.name}: its SQL changed, which re-creates its result table, but "
+                f"view(s) {', '.join(readers)} read it: drop or re-define those first"
+            )
+
+
+def _result_table_facts(
+    conn: psycopg.Connection, view: IncView
+) -> tuple[int, list[tuple[str, str]]]:
+    """(row count, [(column, Postgres type)]) of the view's result table."""
+    rows = conn.execute(
+        psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+            psycopg.sql.Identifier(view.result_schema, view.result_table)
+        )
+    ).fetchone()[0]
+    columns = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (psycopg.sql.Identifier(view.result_schema, view.result_table).as_string(conn),),
+    ).fetchall()
+    return int(rows), [(c, t) for c, t in columns]
