@@ -8,8 +8,9 @@ server to the Commit messages (no rows shipped) and bounds a batch by ``max_rows
 ``end`` and ships the transactions as pickled chunks. Peeking does not consume the slot: the
 driver advances it only after every view committed, so a replayed batch (Spark replays an
 uncommitted batch with the same offsets after a crash) reads the same transactions again.
-Rows: ``end_lsn`` (long), ``seq`` (int, 0 = the transaction's header), ``payload`` (binary: a
-pickled ``Transaction`` holding the header or one chunk of one table's changes). Only the tables
+Rows: ``end_lsn`` (long: of the row's first transaction), ``seq`` (int, the row's position),
+``payload`` (binary: a pickled list of ``Transaction``s, or of pieces of one big transaction, up
+to about ``CHUNK_ROWS`` changes per row). Only the tables
 in option ``tables`` are shipped. This module must not apply changes or move the slot.
 """
 
@@ -35,50 +36,95 @@ CHUNK_ROWS = 20_000
 DEFAULT_MAX_ROWS = 200_000
 
 
+# per Python worker process: one open CdcReader per (dsn, slot, publication)
+_READERS: dict[tuple[str, str, str], CdcReader] = {}
+
+
 class LsnRange(InputPartition):
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
 
 
-def transaction_rows(tx: Transaction, tables: set[str] | None) -> Iterator[tuple[int, int, bytes]]:
-    """One header row (xid, LSNs, commit time, TRUNCATEd tables) and chunks of the changes."""
-    keep = [t for t in tx.changes if tables is None or t in tables]
-    truncated = {t for t in tx.truncated if tables is None or t in tables}
-    header = Transaction(tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts, truncated=truncated)
-    for t in truncated:
-        header.relations[t] = tx.relations[t]
-    yield tx.end_lsn, 0, pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
-    seq = 1
-    for table in keep:
-        batch = tx.changes[table]
+def _restricted(tx: Transaction, tables: set[str] | None) -> Transaction:
+    """``tx`` with only the changes (and TRUNCATEs) of ``tables``."""
+    if tables is None:
+        return tx
+    out = Transaction(
+        tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts, truncated=tx.truncated & tables
+    )
+    for t, batch in tx.changes.items():
+        if t in tables:
+            out.changes[t] = batch
+            out.relations[t] = tx.relations[t]
+    for t in out.truncated:
+        out.relations[t] = tx.relations[t]
+    return out
+
+
+def _parts(tx: Transaction) -> Iterator[Transaction]:
+    """``tx`` cut into pieces of at most ``CHUNK_ROWS`` changes (the first carries TRUNCATEs)."""
+    if tx.change_count <= CHUNK_ROWS:
+        yield tx
+        return
+    first = True
+    for table, batch in tx.changes.items():
         for i in range(0, len(batch), CHUNK_ROWS):
             part = Transaction(tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts)
+            if first:
+                part.truncated = set(tx.truncated)
+                part.relations.update({t: tx.relations[t] for t in tx.truncated})
+                first = False
             part.changes[table] = DiffBatch(
                 batch.rows[i : i + CHUNK_ROWS], batch.weights[i : i + CHUNK_ROWS]
             )
             part.relations[table] = tx.relations[table]
-            yield tx.end_lsn, seq, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
-            seq += 1
+            yield part
+
+
+def transaction_rows(
+    txs: Iterable[Transaction], tables: set[str] | None
+) -> Iterator[tuple[int, int, bytes]]:
+    """Rows of pickled lists of transactions (or pieces of one big transaction), each list up
+    to about ``CHUNK_ROWS`` changes: few rows per batch, and each table's Relation is pickled
+    once per row instead of once per transaction."""
+    group: list[Transaction] = []
+    size = 0
+    seq = 0
+
+    def flush() -> tuple[int, int, bytes]:
+        return group[0].end_lsn, seq, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+
+    for tx in txs:
+        for part in _parts(_restricted(tx, tables)):
+            n = part.change_count
+            if group and size + n > CHUNK_ROWS:
+                yield flush()
+                seq += 1
+                group, size = [], 0
+            group.append(part)
+            size += n
+    if group:
+        yield flush()
 
 
 def transactions_from_rows(rows: Iterable[tuple[int, int, bytes]]) -> list[Transaction]:
     """Reassemble ``transaction_rows`` output (in any order) into transactions, oldest first."""
     txs: dict[int, Transaction] = {}
     for _end, _seq, payload in sorted(rows, key=lambda r: (r[0], r[1])):
-        part: Transaction = pickle.loads(payload)
-        tx = txs.get(part.end_lsn)
-        if tx is None:
-            txs[part.end_lsn] = part
-            continue
-        for table, batch in part.changes.items():
-            have = tx.changes.get(table)
-            if have is None:
-                tx.changes[table] = batch
-            else:
-                have.rows.extend(batch.rows)
-                have.weights.extend(batch.weights)
-            tx.relations[table] = part.relations[table]
+        for part in pickle.loads(payload):
+            tx = txs.get(part.end_lsn)
+            if tx is None:
+                txs[part.end_lsn] = part
+                continue
+            for table, batch in part.changes.items():
+                have = tx.changes.get(table)
+                if have is None:
+                    tx.changes[table] = batch
+                else:
+                    have.rows.extend(batch.rows)
+                    have.weights.extend(batch.weights)
+                tx.relations[table] = part.relations[table]
     return list(txs.values())
 
 
@@ -138,10 +184,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [LsnRange(a, b)] if b > a else []
 
     def read(self, partition: LsnRange) -> Iterator[tuple[int, int, bytes]]:
-        with CdcReader(self.dsn, self.slot, self.publication) as reader:
+        key = (self.dsn, self.slot, self.publication)
+        reader = _READERS.pop(key, None) or CdcReader(*key)
+        try:
             txs = reader.read_range(partition.start, partition.end)
-        for tx in txs:
-            yield from transaction_rows(tx, self.tables)
+        except BaseException:
+            reader.close()
+            raise
+        _READERS[key] = reader  # Spark reuses its Python workers: keep the session for the next
+        yield from transaction_rows(txs, self.tables)
 
     def commit(self, end: dict) -> None:
         """Nothing: the driver advances the slot once every view committed (see Engine)."""

@@ -120,17 +120,24 @@ def test_only_the_views_tables_are_shipped_but_every_transaction_is_seen(pg_dsn,
     assert all(not tx.truncated for tx in txs)  # the TRUNCATE of b is not this view's concern
 
 
-def test_big_transactions_are_chunked_and_reassembled(pg_conn, cdc):
+def test_big_transactions_are_chunked_and_small_ones_grouped(pg_conn, cdc):
     pg_conn.execute(
         "INSERT INTO a SELECT i, 'v' || i FROM generate_series(1, %s) i", (CHUNK_ROWS + 5,)
     )
+    write_txs(pg_conn, 40, 3, first=10**6)
+    pg_conn.execute("TRUNCATE b")
     cdc.flush_wal()
-    (tx,) = cdc.poll(10)
-    rows = list(transaction_rows(tx, None))
-    assert [seq for _, seq, _ in rows] == [0, 1, 2]
-    (back,) = transactions_from_rows(reversed(rows))
-    assert back.changes["public.a"].counts() == tx.changes["public.a"].counts()
-    assert (back.xid, back.end_lsn, back.commit_ts) == (tx.xid, tx.end_lsn, tx.commit_ts)
+    txs = cdc.poll(10**6)
+    assert len(txs) == 42
+    rows = list(transaction_rows(txs, None))
+    assert len(rows) == 2  # the big one cut after CHUNK_ROWS changes; its rest and 41 small ones
+    back = transactions_from_rows(reversed(rows))
+    assert [(t.xid, t.end_lsn, t.commit_ts, t.truncated) for t in back] == [
+        (t.xid, t.end_lsn, t.commit_ts, t.truncated) for t in txs
+    ]
+    assert [{k: b.counts() for k, b in t.changes.items()} for t in back] == [
+        {k: b.counts() for k, b in t.changes.items()} for t in txs
+    ]
 
 
 def test_concurrent_readers_of_one_slot_wait_for_each_other(pg_dsn, pg_conn, cdc):
