@@ -61,6 +61,7 @@ from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
 from engine.sql.physical_planner import PhysicalPlan
 from engine.sql.planner import ViewPlan, build_dataflow, explain, plan_view
+from engine.sql.population_filter import population_filters
 
 SLOT = "incview_slot"
 PUBLICATION = "incview_pub"
@@ -324,6 +325,8 @@ class Engine:
         """Read every source in one snapshot, run the dataflow once, write the result table
         (a new table, or only the difference to an existing one); returns the rows written."""
         df = view.physical.dataflow
+        # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
+        filters = population_filters(view.plan.optimized)
         with snapshot_reader(self.dsn) as reader:
             tables = []
             for table, columns in view.inputs.items():
@@ -334,7 +337,7 @@ class Engine:
                         f"view {view.name}: source table {table} does not exist any more; "
                         f"re-create it or drop_view({view.name!r})"
                     )
-                tables.append((source, columns))
+                tables.append((source, columns, filters.get(table)))
             with PopulationProgress(view.name, tables) as progress:
                 for table, batch in self._read_sources(reader, tables):
                     df.push(table, batch)
@@ -357,8 +360,8 @@ class Engine:
 
             yield from read_sources(self.spark, self.dsn, reader, tables)
             return
-        for source, columns in tables:
-            for batch in reader.read_table(source, list(columns)):
+        for source, columns, where in tables:
+            for batch in reader.read_table(source, list(columns), where):
                 yield source.qualified_name, batch
 
     def repopulate(self, name: str) -> None:

@@ -24,8 +24,9 @@ def _wanted() -> bool:
 class PopulationProgress:
     """``with PopulationProgress(view, tables) as p: p.update(rows)``"""
 
-    def __init__(self, view: str, tables: list[tuple[SourceTable, tuple[str, ...]]]) -> None:
-        estimates = [t.row_estimate for t, _ in tables]
+    def __init__(self, view: str, tables: list[tuple[SourceTable, tuple[str, ...], str | None]]):
+        # filtered reads: the estimate is the tables' size, an upper bound
+        estimates = [t[0].row_estimate for t in tables]
         self.total = sum(e for e in estimates if e) if all(estimates) else None
         self.view = view
         self.rows = 0

@@ -32,24 +32,29 @@ def table_blocks(reader: SnapshotReader, table: SourceTable) -> int:
 
 
 def plan_slices(
-    reader: SnapshotReader, tables: list[tuple[SourceTable, tuple[str, ...]]], parallelism: int
+    reader: SnapshotReader,
+    tables: list[tuple[SourceTable, tuple[str, ...], str | None]],
+    parallelism: int,
 ) -> list[TableSlice]:
     """Block-range slices: about ``2 x parallelism`` per large table, one per small table; the
     last slice of a table is open-ended."""
     slices: list[TableSlice] = []
-    for table, columns in tables:
+    for table, columns, where in tables:
         blocks = table_blocks(reader, table)
         n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS))
         step = -(-blocks // n) if blocks else 0
         for i in range(n):
             first = i * step
             end = None if i == n - 1 else (i + 1) * step
-            slices.append(TableSlice(table, columns, first, end))
+            slices.append(TableSlice(table, columns, first, end, where))
     return slices
 
 
 def read_sources(
-    spark, dsn: str, reader: SnapshotReader, tables: list[tuple[SourceTable, tuple[str, ...]]]
+    spark,
+    dsn: str,
+    reader: SnapshotReader,
+    tables: list[tuple[SourceTable, tuple[str, ...], str | None]],
 ) -> Iterator[tuple[str, DiffBatch]]:
     """(table, insert-only batch) for every row of ``tables`` in ``reader``'s snapshot, read by
     Spark tasks in parallel; partitions stream to the driver one at a time."""

@@ -35,9 +35,10 @@ class TableSlice(InputPartition):
     columns: tuple[str, ...]
     first_block: int
     end_block: int | None
+    filter_sql: str | None = None  # the view's pushed-down predicates (population_filter)
 
     def where_sql(self) -> str | None:
-        parts = []
+        parts = [f"({self.filter_sql})"] if self.filter_sql else []
         if self.first_block > 0:
             parts.append(f"ctid >= '({self.first_block},0)'::tid")
         if self.end_block is not None:

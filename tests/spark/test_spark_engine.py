@@ -114,7 +114,7 @@ def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_p
 
             with snapshot_reader(pg_dsn) as reader:
                 orders = on_spark.sources.lookup("public", "orders")
-                assert len(population.plan_slices(reader, [(orders, ("id",))], 2)) > 1
+                assert len(population.plan_slices(reader, [(orders, ("id",), None)], 2)) > 1
             on_spark.create_view("totals_spark", sql)
             with Engine(pg_dsn, tmp_path / "local", runner="local", views=[]) as local:
                 local.create_view("totals_local", sql)
