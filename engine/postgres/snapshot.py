@@ -77,6 +77,10 @@ def _copy_query(
             # sends the shortest text form, which Python parses as 0.1
             items.append(sql.SQL("{}::text::float8").format(ident))
             types.append("float8")
+        elif t.kind is TypeKind.CHAR:
+            # character(n) without its padding, as the CDC decoder gives it (values.parse_bpchar)
+            items.append(sql.SQL("{}::text").format(ident))
+            types.append("text")
         else:
             items.append(ident)
             types.append(COPY_TYPES[t.kind])

@@ -64,6 +64,13 @@ def parse_text(data: bytes) -> str:
     return _decode(data)
 
 
+def parse_bpchar(data: bytes) -> str:
+    """character(n): without its padding. Postgres ignores trailing blanks of character(n)
+    values when comparing them and drops them when converting to text, so the unpadded string is
+    the value everywhere incview computes; a character(n) result column pads it again."""
+    return _decode(data).rstrip(" ")
+
+
 def parse_int(data: bytes) -> int:
     return int(data)
 
@@ -206,7 +213,7 @@ _PARSERS: dict[int, Parser] = {
     JSON: parse_json,
     FLOAT4: float,
     FLOAT8: float,
-    BPCHAR: parse_text,
+    BPCHAR: parse_bpchar,
     VARCHAR: parse_text,
     DATE: parse_date,
     TIME: parse_time,

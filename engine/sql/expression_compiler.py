@@ -675,6 +675,13 @@ class _Compiler:
     # -- comparisons ---------------------------------------------------------------------------
     def _compare_operands(self, a: _E, b: _E, node: exp.Expression) -> tuple[_E, _E]:
         ta, tb = a.type, b.type
+        kinds = {ta.kind, tb.kind}
+        if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
+            # character(n) semantics (Postgres' bpchar operators): trailing blanks do not count.
+            # character(n) values arrive unpadded (engine.postgres.values.parse_bpchar); the
+            # other side (varchar, a literal) loses its trailing blanks here. char vs text
+            # compares as text (below), as in Postgres.
+            return self._unpadded(a, node), self._unpadded(b, node)
         if ta.kind is TypeKind.UNKNOWN and tb.kind is TypeKind.UNKNOWN:
             return self.cast(a, TEXT, node), self.cast(b, TEXT, node)
         if ta.kind is TypeKind.UNKNOWN:
@@ -694,6 +701,14 @@ class _Compiler:
                 "add an explicit cast"
             )
         return self.coerce(a, t, node, True), self.coerce(b, t, node, True)
+
+    def _unpadded(self, e: _E, node: exp.Expression) -> _E:
+        if e.type.kind is TypeKind.CHAR:
+            return _E(e.code, TEXT, e.nullable, e.raises)
+        if e.type.kind is TypeKind.UNKNOWN:
+            e = self.cast(e, TEXT, node)
+        code, nullable = self.strict([e], lambda xs: f"{xs[0]}.rstrip(' ')")
+        return _E(code, TEXT, nullable, e.raises)
 
     def _comparison(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
@@ -744,6 +759,9 @@ class _Compiler:
             raise _unsupported(node, "IN (subquery)", "the planner turns it into a semi-join")
         x = self.compile(node.this)
         items = [self.compile(i) for i in node.expressions]
+        kinds = {e.type.kind for e in (x, *items)}
+        if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
+            x, *items = (self._unpadded(e, node) for e in (x, *items))  # bpchar: see _compare
         unified, t = self.unify([x, *items], node, "IN", free=True)
         x, items = unified[0], unified[1:]
         if all(i.is_const for i in items):
@@ -832,7 +850,6 @@ class _Compiler:
 
         literal = all(t.startswith("L") for t in tokens)
         inner = tokens[1:-1]
-        lit_inner = "".join(t[1] for t in inner)
         if literal:
             lit = "".join(t[1] for t in tokens)
             return lambda x: f"({subject(x)} == {lit!r})"
@@ -849,6 +866,7 @@ class _Compiler:
             and tokens[0] == tokens[-1] == "%"
             and all(t.startswith("L") for t in inner)
         ):
+            lit_inner = "".join(t[1] for t in inner)
             return lambda x: f"({lit_inner!r} in {subject(x)})"
         rx = self.const_name(F.like_regex(pattern, escape).fullmatch)
         return lambda x: f"({rx}({subject(x)}) is not None)"

@@ -382,7 +382,28 @@ def _equi_pair(c: exp.Expression, lf, rf) -> tuple[exp.Expression, exp.Expressio
         return None
     a, b = c.left, c.right
     if _side(a, lf) and _side(b, rf):
-        return a, b
+        return _bpchar_keys(a, lf, b, rf)
     if _side(b, lf) and _side(a, rf):
-        return b, a
+        return _bpchar_keys(b, lf, a, rf)
     return None
+
+
+def _column_kind(e: exp.Expression, fields: tuple[Field, ...]):
+    if isinstance(e, exp.Column):
+        for f in fields:
+            if (f.qualifier, f.name) == (e.table or None, e.name):
+                return getattr(f.type, "kind", None)
+    return None
+
+
+def _bpchar_keys(a, af, b, bf) -> tuple[exp.Expression, exp.Expression]:
+    """character(n) = varchar compares without trailing blanks (Postgres' bpchar operator):
+    character(n) values arrive unpadded, so the varchar key loses its trailing blanks."""
+    from engine.sql.types import TypeKind
+
+    kinds = (_column_kind(a, af), _column_kind(b, bf))
+    if kinds == (TypeKind.CHAR, TypeKind.VARCHAR):
+        return a, exp.func("rtrim", b.copy())
+    if kinds == (TypeKind.VARCHAR, TypeKind.CHAR):
+        return exp.func("rtrim", a.copy()), b
+    return a, b

@@ -71,6 +71,7 @@ EXPRESSIONS = [
     "right(s, -1)", "left(s, b)", "right(t, b)", "s like 'a%'", "s like '%b%'",
     "s like '_b%'", "s not like '%c'", "s ilike 'A%'", "s like t", "s like 'a\\%%'",
     "s like '%'", "s ilike t", "t like 'x%y' escape 'x'", "s not ilike '%B'",
+    "s like 'a%b%'", "s not like '%b%c%'", "t like '%a%b'", "s like '%a_b%'",
     # conditionals
     "case when a > 0 then 'pos' when a < 0 then 'neg' else 'zero' end",
     "case a when 1 then 'one' when 2 then 'two' end", "case when x then n else a end",
