@@ -1,0 +1,278 @@
+"""One benchmark run at one scale factor: incview vs Postgres on the same data, view by view.
+
+Steps (all on one database, in this order):
+  1. generate and load the data (``datagen``, ``load``);
+  2. writer baseline: a writer process commits RF1/RF2/UF streams with no slot and no engine;
+  3. Postgres: ``CREATE TABLE AS`` (timed, dropped) and ``CREATE MATERIALIZED VIEW`` (timed,
+     kept for REFRESH) per view;
+  4. incview: ``create_view`` per view, one after the other (population time);
+  5. refresh streams, ``reps`` times each of RF1, RF2, UF: the stream's transaction commits,
+     then ``catch_up`` is timed (commit -> every view caught up), with ``PhaseTimes`` giving each
+     view's time alone; then ``REFRESH MATERIALIZED VIEW`` of every view is timed on that data;
+  6. sustained: a writer process commits ``rounds`` x (RF1, RF2, UF) back to back while the
+     engine runs ``catch_up`` in a loop; changes/s = rows changed / (first commit -> all
+     applied); the writer's transaction times are those "with incview attached";
+  7. every view is compared with its query (EXCEPT ALL both ways) and ``list_views`` gives the
+     state size; peak RSS comes from ``MemorySampler``.
+A view the engine refuses (``create_view`` raises) is recorded with its error and skipped.
+With ``runner="spark"`` the views run as concurrent streaming queries, so only the catch_up of
+all views is timed (per-view figures: run with one view, ``--views Q18``).
+This module measures and returns ``RunResult``; printing and files are ``report``'s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from bench.tpch.datagen import generate_base_csv
+from bench.tpch.load import load
+from bench.tpch.phase_times import PhaseTimes
+from bench.tpch.process_memory import MemorySampler, reset_high_water
+from bench.tpch.queries import ViewQuery
+from bench.tpch.streams import KINDS, RefreshStreams, Stream
+from bench.tpch.writer import start_writer
+from engine.engine import Engine
+
+
+@dataclass
+class ViewResult:
+    view: ViewQuery
+    error: str | None = None  # create_view refused it
+    populate_s: float | None = None
+    populate_peak_mb: float | None = None  # engine process peak RSS during its population
+    ctas_s: float | None = None
+    cmv_s: float | None = None
+    apply_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    refresh_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    rows: int | None = None
+    state_bytes: int | None = None
+    equal: bool | None = None
+    diff: str = ""
+
+
+@dataclass
+class RunResult:
+    sf: float
+    runner: str
+    generator: str = ""
+    table_rows: dict[str, int] = field(default_factory=dict)
+    load_s: float = 0.0
+    views: list[ViewResult] = field(default_factory=list)
+    all_apply_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    stream_changes: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    breakdowns: dict[str, str] = field(default_factory=dict)  # kind -> median run's phases
+    writer_without: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    writer_with: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    sustained_changes: int = 0
+    sustained_s: float = 0.0
+    writer_s: float = 0.0
+    peak_mb: dict[str, float] = field(default_factory=dict)
+    state_bytes: int = 0
+
+    @property
+    def all_equal(self) -> bool:
+        return all(v.equal for v in self.views if v.error is None)
+
+    @property
+    def refused(self) -> list[ViewResult]:
+        return [v for v in self.views if v.error is not None]
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def timed(conn: psycopg.Connection, sql: str) -> float:
+    t0 = time.perf_counter()
+    conn.execute(sql)
+    return time.perf_counter() - t0
+
+
+def compare(conn: psycopg.Connection, v: ViewQuery) -> tuple[bool, str]:
+    """Multiset equality of the result table and the query (EXCEPT ALL both ways)."""
+    missing, extra = conn.execute(
+        f"SELECT (SELECT count(*) FROM (({v.sql}) EXCEPT ALL SELECT * FROM {v.name}) a), "
+        f"(SELECT count(*) FROM (SELECT * FROM {v.name} EXCEPT ALL ({v.sql})) b)"
+    ).fetchone()
+    return missing == 0 and extra == 0, f"{missing} rows missing, {extra} extra"
+
+
+def run_writer(
+    dsn: str,
+    streams: list[Stream],
+    engine: Engine | None = None,
+    sampler: MemorySampler | None = None,
+):
+    """Commit ``streams`` from a writer process; with ``engine``, catch up in a loop meanwhile.
+    Returns (writer report, seconds from the first commit's start to everything applied)."""
+    proc, queue = start_writer(dsn, streams)
+    if sampler is not None:
+        sampler.exclude.add(proc.pid)  # the writer is not the engine
+    report = None
+    while report is None:
+        if engine is not None:
+            engine.catch_up(timeout_s=3600)
+        else:
+            time.sleep(0.05)
+        if not queue.empty():
+            report = queue.get()
+        elif not proc.is_alive() and queue.empty():
+            raise RuntimeError(f"the writer process died (exit code {proc.exitcode})")
+    proc.join()
+    if engine is not None:
+        engine.catch_up(timeout_s=3600)
+    return report, time.time() - report["start"]
+
+
+def run(
+    dsn: str,
+    sf: float,
+    views: tuple[ViewQuery, ...],
+    runner: str = "local",
+    reps: int = 3,
+    rounds: int = 3,
+    char: bool = False,
+    work_dir: Path | None = None,
+) -> RunResult:
+    res = RunResult(sf, runner)
+    with tempfile.TemporaryDirectory(prefix="tpch-", dir=work_dir) as tmp:
+        tmp_path = Path(tmp)
+        conn = psycopg.connect(dsn, autocommit=True)
+        t0 = time.perf_counter()
+        res.generator = generate_base_csv(sf, tmp_path / "data")
+        gen_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        res.table_rows = load(conn, tmp_path / "data", char=char)
+        res.load_s = time.perf_counter() - t0
+        log(
+            f"SF {sf:g}: generated ({res.generator}) in {gen_s:.1f} s, loaded in "
+            f"{res.load_s:.1f} s: {res.table_rows['orders']:,} orders, "
+            f"{res.table_rows['lineitem']:,} lineitems"
+        )
+        for table in res.table_rows:
+            conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {table}_mv")
+        streams = RefreshStreams(sf)
+
+        # 2. the writer alone (no slot exists yet)
+        batch = [streams.next(k) for _ in range(rounds) for k in KINDS]
+        report, _ = run_writer(dsn, batch)
+        for kind, _n, s in report["times"]:
+            res.writer_without[kind].append(s)
+        log("writer without incview: " + _writer_line(res.writer_without))
+
+        # 3. Postgres' own answers
+        res.views = [ViewResult(v) for v in views]
+        for vr in res.views:
+            v = vr.view
+            conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {v.name}_mv")
+            vr.ctas_s = timed(conn, f"CREATE TABLE {v.name}_ctas AS {v.sql}")
+            conn.execute(f"DROP TABLE {v.name}_ctas")
+            vr.cmv_s = timed(conn, f"CREATE MATERIALIZED VIEW {v.name}_mv AS {v.sql}")
+        log("Postgres CREATE TABLE AS / MATERIALIZED VIEW done")
+
+        # 4. population
+        sampler = MemorySampler().start()
+        engine = Engine(dsn, tmp_path / "state", runner=runner)
+        try:
+            for vr in res.views:
+                sampler.note_high_water()
+                can_reset = reset_high_water()
+                t0 = time.perf_counter()
+                try:
+                    engine.create_view(vr.view.name, vr.view.sql)
+                except Exception as e:  # refused or failed: reported, never hidden
+                    vr.error = f"{type(e).__name__}: {e}"
+                    log(f"{vr.view.label}: create_view FAILED: {vr.error}")
+                    continue
+                vr.populate_s = time.perf_counter() - t0
+                if can_reset:
+                    vr.populate_peak_mb = sampler.note_high_water()
+                log(
+                    f"{vr.view.label}: populated in {vr.populate_s:.2f} s "
+                    f"(CREATE TABLE AS {vr.ctas_s:.2f} s), engine peak RSS "
+                    f"{vr.populate_peak_mb or 0:,.0f} MB"
+                )
+            live = [vr for vr in res.views if vr.error is None]
+            phases = PhaseTimes(engine)
+            # with Spark each view is its own streaming query, running concurrently: a
+            # catch_up's time cannot be split per view, so only "all views" is reported
+            per_view = phases.per_view and runner == "local"
+
+            # 5. refresh streams, one at a time
+            for rep in range(reps):
+                for kind in KINDS:
+                    stream = streams.next(kind)
+                    changed, _ = stream.apply(conn)
+                    phases.reset()
+                    t0 = time.perf_counter()  # committed
+                    engine.catch_up(timeout_s=3600)
+                    total = time.perf_counter() - t0
+                    res.all_apply_s[kind].append(total)
+                    res.stream_changes[kind].append(changed)
+                    if rep == reps // 2:
+                        res.breakdowns[kind] = phases.breakdown(total)
+                    for vr in live if per_view else []:
+                        vr.apply_s[kind].append(phases.alone(vr.view.name, total))
+                    for vr in res.views:
+                        vr.refresh_s[kind].append(
+                            timed(conn, f"REFRESH MATERIALIZED VIEW {vr.view.name}_mv")
+                        )
+                    log(
+                        f"{kind} #{rep + 1}: {changed:,} rows changed; all views caught up "
+                        f"{total * 1000:.0f} ms; REFRESH of all views "
+                        f"{sum(vr.refresh_s[kind][-1] for vr in live) * 1000:.0f} ms"
+                    )
+
+            # 6. sustained, with a concurrent writer
+            batch = [streams.next(k) for _ in range(rounds) for k in KINDS]
+            report, elapsed = run_writer(dsn, batch, engine, sampler)
+            for kind, _n, s in report["times"]:
+                res.writer_with[kind].append(s)
+            res.sustained_changes = sum(n for _k, n, _s in report["times"])
+            res.sustained_s = elapsed
+            res.writer_s = report["end"] - report["start"]
+            log(
+                f"sustained: {res.sustained_changes:,} changes committed in {res.writer_s:.1f} s, "
+                f"all applied after {elapsed:.1f} s: "
+                f"{res.sustained_changes / elapsed:,.0f} changes/s"
+            )
+            log("writer with incview: " + _writer_line(res.writer_with))
+
+            # 7. checks and state
+            engine.catch_up(timeout_s=3600)
+            status = {s.name: s for s in engine.list_views()}
+            for vr in live:
+                vr.equal, vr.diff = compare(conn, vr.view)
+                s = status[vr.view.name]
+                vr.rows, vr.state_bytes = s.rows, s.state_bytes
+                if not vr.equal:
+                    log(f"{vr.view.label}: DIFFERS from its query: {vr.diff}")
+            res.state_bytes = sum(vr.state_bytes or 0 for vr in live)
+            log(f"equality checks: {sum(bool(v.equal) for v in live)}/{len(live)} views equal")
+            for vr in live:
+                engine.drop_view(vr.view.name)
+        finally:
+            engine.close()
+            res.peak_mb = sampler.stop()
+            for vr in res.views:
+                conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {vr.view.name}_mv")
+            conn.close()
+    return res
+
+
+def _writer_line(times: dict[str, list[float]]) -> str:
+    return ", ".join(
+        f"{k} median {statistics.median(v) * 1000:.1f} ms (n={len(v)})"
+        for k, v in times.items()
+        if v
+    )

@@ -1,0 +1,35 @@
+"""Smoke run of the TPC-H benchmark: ``python -m bench.tpch --quick`` (SF 0.01, every view, one
+RF1 + RF2 + UF round, local runner, a private Postgres) exits 0 and ran its equality checks.
+No timing is asserted: the figures are the benchmark's to print, not the test's to judge."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tpch.queries import VIEWS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_tpch_quick_run(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.tpch", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    checks = re.search(r"equality checks: (\d+)/(\d+) views equal", out)
+    assert checks, out[-4000:]
+    assert checks.group(1) == checks.group(2) == str(len(VIEWS)), out[-4000:]
+    table = (tmp_path / "tpch_sf0.01_local_quick.md").read_text()
+    for v in VIEWS:
+        assert f"| {v.label} |" in table
