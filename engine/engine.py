@@ -37,7 +37,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +69,7 @@ _POPULATION_TIME = 1
 # changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
 # fewer, larger polls cost less (a transaction always comes whole, however large)
 _POLL_CHANGES = 100_000
+_POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
 _ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 _REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
 
@@ -322,11 +323,17 @@ class Engine:
             )
 
     def _populate(self, view: _View, time_: int = _POPULATION_TIME, lsn: int = 0) -> int:
-        """Read every source in one snapshot, run the dataflow once, write the result table
-        (a new table, or only the difference to an existing one); returns the rows written."""
-        df = view.physical.dataflow
+        """Read every source in one snapshot, run the dataflow over it, write the result table
+        (a new table, or only the difference to an existing one); returns the rows written.
+
+        The input goes through the dataflow in chunks of ``_POPULATION_CHUNK`` rows, each its
+        own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
+        tables' size; the chunks' outputs stream into the sink's population transaction (a
+        Z-set: retractions of earlier chunks' rows net out). The state ends at ``time_`` (or
+        just after the last chunk, for a new view whose ``time_`` is 1)."""
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
         filters = population_filters(view.plan.optimized)
+        final = time_
         with snapshot_reader(self.dsn) as reader:
             tables = []
             for table, columns in view.inputs.items():
@@ -338,16 +345,30 @@ class Engine:
                         f"re-create it or drop_view({view.name!r})"
                     )
                 tables.append((source, columns, filters.get(table)))
-            with PopulationProgress(view.name, tables) as progress:
-                for table, batch in self._read_sources(reader, tables):
-                    df.push(table, batch)
-                    progress.update(len(batch))
+
+            def outputs() -> Iterator[DiffBatch]:
+                nonlocal final
+                df = view.physical.dataflow
+                t = pending = 0
+                with PopulationProgress(view.name, tables) as progress:
+                    for table, batch in self._read_sources(reader, tables):
+                        df.push(table, batch)
+                        progress.update(len(batch))
+                        pending += len(batch)
+                        if pending >= _POPULATION_CHUNK:
+                            t += 1
+                            yield df.time_end(t).diffs
+                            df.commit(t)
+                            pending = 0
+                final = max(time_, t + 1)
+                yield df.time_end(final).diffs
+
+            written = view.sink.populate(outputs(), lsn)
             snap = reader.snapshot
-        out = df.time_end(time_)
-        written = view.sink.populate([out.diffs], lsn)
+        df = view.physical.dataflow
         view.save_snapshot(snap)
-        df.commit(time_)
-        view.committed(time_)
+        df.commit(final)
+        view.committed(final)
         self._replica_identity_full(view.result_name)
         self._record_errors(view, df.errors())  # populating -> running (or error)
         return written
