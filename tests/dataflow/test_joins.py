@@ -24,10 +24,12 @@ from engine.dataflow.collections.semi_join import SemiJoinCollection
 from engine.dataflow.errs import error_message
 from engine.dataflow.state import arrangement
 from engine.dataflow.state.arrangement import (
+    KEYS,
     LEFT,
     RIGHT,
     RIGHT_TOTALS,
     ROWS,
+    key_entry,
     key_prefix,
     side_prefix,
 )
@@ -184,13 +186,19 @@ def two_tables(rng, lmake=left_row, rmake=right_row, max_changes=6, delete_ratio
 
 
 # -- inner and cross joins --------------------------------------------------------------------
+def hot_rows(monkeypatch, hot: int, cold: int) -> None:
+    """Move a key's side to row entries past ``hot`` rows, back at ``cold``: small limits make
+    keys cross between the two layouts all the time."""
+    monkeypatch.setattr(arrangement, "HOT_ROWS", hot)
+    monkeypatch.setattr(arrangement, "COLD_ROWS", cold)
+
+
 @pytest.mark.parametrize(
-    ("residual", "reopen", "scan_limit"),
-    [(None, 7, 16), (v_less_than_w, 29, 1), (div_residual, 29, 2)],
+    ("residual", "reopen", "hot", "cold"),
+    [(None, 7, 2, 1), (v_less_than_w, 29, 1, 0), (div_residual, 29, 3, 1), (None, 29, 32, 8)],
 )
-def test_inner_join_multi_column_hot_keys(state_dir, monkeypatch, residual, reopen, scan_limit):
-    # a small scan limit makes most keys "hot": their own delta rows are point-read instead
-    monkeypatch.setattr(arrangement, "OWN_SCAN_LIMIT", scan_limit)
+def test_inner_join_multi_column_hot_keys(state_dir, monkeypatch, residual, reopen, hot, cold):
+    hot_rows(monkeypatch, hot, cold)
     rng = random.Random(reopen)
 
     def build(df, ins):
@@ -230,11 +238,67 @@ def test_cross_join(state_dir, residual):
     assert oracle(state_dir, build, ref, tables, 7 if residual else 29).run(150) > 300
 
 
+def composite_left(rng):  # a tuple-valued column: rows not "plain", matched by their encodings
+    return (pick(rng, range(3)), pick(rng, ["x", "y"]), pick(rng, [(1, "a"), (2, "b"), (1, 2.5)]))
+
+
+@pytest.mark.parametrize(("hot", "cold"), [(32, 8), (2, 1)])
+def test_inner_join_rows_matched_by_encoding(state_dir, monkeypatch, hot, cold):
+    hot_rows(monkeypatch, hot, cold)
+    rng = random.Random(hot)
+
+    def build(df, ins):
+        return df.add(InnerJoinCollection(LK, RK), ins[0], ins[1])
+
+    def ref(inputs):
+        return ref_inner(inputs[0], inputs[1], LK, RK, None)
+
+    tables = two_tables(rng, composite_left, right_row, max_changes=8)
+    assert oracle(state_dir, build, ref, tables, reopen=29).run(150) > 800
+
+
+def test_group_deltas_plain_rows():
+    """Rows are matched with stored rows by Python equality only when that is encode_key's."""
+    group = arrangement.group_deltas
+    _, _, plain = group(DiffBatch.inserts([(1, "a", None), (2, Decimal("1.50"), 2.5)]), [0])
+    assert plain
+    for odd in [float("nan"), Decimal("NaN"), (1, 2)]:
+        groups, _, plain = group(DiffBatch.inserts([(1, odd), (1.0, 3), (Decimal("1.00"), 4)]), [0])
+        assert not plain
+        assert list(groups) == [encode_key((1,))]
+    groups, nulls, plain = group(DiffBatch([(None, 1), (2.0, 1), (2, 2)], [1, 1, -1]), [0])
+    assert plain and nulls.rows == [(None, 1)]
+    assert groups == {encode_key((2,)): [((2.0, 1), 1), ((2, 2), -1)]}
+
+
+@pytest.mark.parametrize(("hot", "cold"), [(32, 8), (1, 0)])
+def test_nan_rows_are_one_row_whatever_the_object(state_dir, monkeypatch, hot, cold):
+    """float('nan') != float('nan'), yet a NaN row retracted through another NaN object is gone."""
+    hot_rows(monkeypatch, hot, cold)
+
+    def build(df, ins):
+        return df.add(InnerJoinCollection([0], [0]), ins[0], ins[1])
+
+    nan = float
+    outs = run_once(
+        build,
+        [
+            [DiffBatch.inserts([(1, nan("nan")), (1, 2.0)]), DiffBatch.inserts([(1, "r")])],
+            [DiffBatch.deletes([(1, nan("nan"))]), DiffBatch()],
+            [DiffBatch(), DiffBatch.inserts([(1, "s")])],
+        ],
+        state_dir,
+    )
+    assert len(outs[0].diffs) == 2
+    assert [w for _, w in outs[1].diffs] == [-1]
+    assert outs[2].diffs.counts() == {(1, 2.0, 1, "s"): 1}
+
+
 # -- outer joins ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["left", "right", "full"])
 @pytest.mark.parametrize("residual", [None, div_residual])
 def test_outer_join(state_dir, monkeypatch, kind, residual):
-    monkeypatch.setattr(arrangement, "OWN_SCAN_LIMIT", 16 if kind == "left" else 1)
+    hot_rows(monkeypatch, *((32, 8) if kind == "left" else (2, 1)))
     rng = random.Random(len(kind) + (residual is None))
 
     def build(df, ins):
@@ -252,7 +316,9 @@ def test_outer_join(state_dir, monkeypatch, kind, residual):
 # -- semi and anti joins ----------------------------------------------------------------------
 @pytest.mark.parametrize("anti", [False, True])
 @pytest.mark.parametrize("residual", [None, v_less_than_w, div_residual])
-def test_semi_and_anti_join(state_dir, anti, residual):
+def test_semi_and_anti_join(state_dir, monkeypatch, anti, residual):
+    if anti:
+        hot_rows(monkeypatch, 2, 1)
     rng = random.Random(anti + 2 * (residual is None))
     cls = AntiJoinCollection if anti else SemiJoinCollection
 
@@ -317,9 +383,18 @@ def test_rows_retracted_in_another_spelling(state_dir, make):
     assert oracle(state_dir, build, ref, tables, reopen=29).run(100) > 400
     # one entry per equality class: no entry is left with a zero or negative weight
     with StateStore(state_dir) as store:
-        table = store.table(coll.name)
-        weights = [pickle.loads(v)[1] for _, v in table.scan_prefix(ROWS)]
+        weights = stored_weights(store.table(coll.name))
     assert weights and min(weights) > 0
+
+
+def stored_weights(table) -> list[int]:
+    """The weight of every stored row: in key entries and in hot sides' row entries."""
+    weights = [pickle.loads(v)[1] for _, v in table.scan_prefix(ROWS)]
+    for _, v in table.scan_prefix(KEYS):
+        for part in pickle.loads(v):
+            if isinstance(part, list):
+                weights.extend(t[1] for t in part)
+    return weights
 
 
 def null_heavy_right(rng):
@@ -331,7 +406,9 @@ def null_left(rng):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_null_aware_anti_join(state_dir, seed):
+def test_null_aware_anti_join(state_dir, monkeypatch, seed):
+    if seed:
+        hot_rows(monkeypatch, 2, 1)
     rng = random.Random(seed)
 
     def build(df, ins):
@@ -437,7 +514,8 @@ def test_outer_join_errors_do_not_match_and_retract(state_dir, kind):
 
 
 def test_hot_key_single_row_update_is_small(state_dir):
-    """One key with 20k left rows: updating one of them writes two entries and emits two diffs."""
+    """One key with 20k left rows: updating one of them writes two entries and emits two diffs
+    (the key's entry, holding the right side and the left side's row count, is not rewritten)."""
     from engine.dataflow.graph import Dataflow
 
     with StateStore(state_dir) as store:
@@ -469,6 +547,9 @@ def test_key_layout_is_prefix_free():
             for k2, side2, entry in entries:
                 assert entry.startswith(p1) == (k1 == k2 and side1 == side2), (k1, k2)
             assert not key_prefix(RIGHT_TOTALS, encode_key(k1)).startswith(p1[:-1])
+            for k2 in keys:
+                assert key_entry(encode_key(k2)).startswith(key_entry(encode_key(k1))) == (k1 == k2)
+                assert not key_entry(encode_key(k2)).startswith(p1[:-1])
 
 
 def test_keys_that_are_textual_prefixes_do_not_collide(state_dir):

@@ -9,7 +9,12 @@ from functools import cmp_to_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.dataflow.state.keycodec import encode_exact, encode_key, encode_sortable
+from engine.dataflow.state.keycodec import (
+    encode_exact,
+    encode_key,
+    encode_sortable,
+    encode_sortable_value,
+)
 
 ints = st.integers(min_value=-(2**62), max_value=2**62)
 decimals = st.decimals(
@@ -92,3 +97,9 @@ def test_sortable_composite_desc_and_nulls_first(rows):
 def test_sortable_is_prefix_free_across_columns():
     assert encode_sortable(("a", "b")) != encode_sortable(("ab", ""))
     assert encode_sortable(("a",)) < encode_sortable(("a", None)) < encode_sortable(("a\x00",))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), ints, decimals, floats, texts, dates, datetimes, st.booleans()))
+def test_single_value_encoding_is_the_tuple_encoding(v):
+    assert encode_sortable_value(v) == encode_sortable((v,))

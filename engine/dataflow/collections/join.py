@@ -3,9 +3,10 @@
 Output rows are ``left_row + right_row`` with weight ``wl * wr`` for every pair whose key columns
 are equal under SQL equality (a NULL in any key column never matches) and whose residual predicate
 (a batch function over the concatenated rows) is exactly True. Both inputs are arranged by key in
-the collection's column family (``state.arrangement``), one entry per distinct row, so a single-row
-change to a key holding 100k rows stays a bounded read and one write; each time visits every
-distinct key of the delta once, in key order, with one iterator. Residual errors become errs diffs weighted like the pair, so they
+the collection's column family (``state.arrangement``): one entry per key holding both sides'
+rows, read with one ``get_many`` per time (hence the "point" tuning: bloom filters), and a side
+that grows hot moves to one entry per row, so a single-row change to a key holding 100k rows stays
+a bounded read and one write. Residual errors become errs diffs weighted like the pair, so they
 retract with it. It must not keep rows in memory across times, and it must not use pickle or repr
 of arbitrary objects in state keys (``keycodec`` builds them).
 """
@@ -47,6 +48,7 @@ class KeyedJoinCollection(StatefulCollection):
     predicate over the concatenated row, and a description for EXPLAIN."""
 
     arity = 2
+    tuning = "point"
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ from engine.dataflow import aggregates as A
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.state.keycodec import encode_key, encode_sortable
+from engine.dataflow.state.keycodec import encode_key, encode_sortable, encode_sortable_value
 
 _GROUP = b"G"
 _dumps = pickle.dumps
@@ -273,7 +273,7 @@ class ReduceCollection(StatefulCollection):
         assert table is not None
         head = self._slot_heads[slot]
         hp = [head + p for p in gprefix]
-        ks = [hp[g] + encode_sortable((v,)) for g, v in zip(G, V, strict=True)]
+        ks = list(map(bytes.__add__, map(hp.__getitem__, G), map(encode_sortable_value, V)))
         position = dict(zip(ks, range(len(ks)), strict=True))  # entry -> a row of that value
         if len(position) == len(ks):
             dws = dict(zip(ks, W, strict=True))
@@ -414,7 +414,7 @@ class ReduceCollection(StatefulCollection):
                 encode_sortable((*o, v), desc) for o, v in zip(order_values, V, strict=True)
             ]
         else:
-            sort_keys = [encode_sortable((v,)) for v in V]
+            sort_keys = list(map(encode_sortable_value, V))
         per_group: dict[int, dict[bytes, list]] = {}
         for g, v, w, sk in zip(G, V, W, sort_keys, strict=True):
             t = per_group.setdefault(g, {})

@@ -106,10 +106,13 @@ def _numeric_digits(sign: int, digits: str, adjusted: int) -> bytes:
 
 
 def _enc_int(v: int) -> bytes:
+    if v > 0:  # _numeric_digits inlined for the common case
+        s = str(v)
+        return b"\x20\x03" + (len(s) + 0x7FFF).to_bytes(2, "big") + s.rstrip("0").encode() + b"\x00"
     if v == 0:
         return _T_NUMERIC + b"\x02"
-    s = str(abs(v))
-    return _T_NUMERIC + _numeric_digits(-1 if v < 0 else 1, s.rstrip("0"), len(s) - 1)
+    s = str(-v)
+    return _T_NUMERIC + _numeric_digits(-1, s.rstrip("0"), len(s) - 1)
 
 
 def _enc_decimal(v: Decimal) -> bytes:
@@ -209,6 +212,14 @@ def encode_sortable(
         enc = (_T_NULL_FIRST if nf != desc else _T_NULL_LAST) if v is None else _encode_value(v)
         parts.append(enc.translate(_INVERT) if desc else enc)
     return b"".join(parts)
+
+
+def encode_sortable_value(v: Any) -> bytes:
+    """``encode_sortable((v,))`` (ascending, NULLS LAST) without the per-column machinery."""
+    if v is None:
+        return _T_NULL_LAST
+    enc = _ENCODERS.get(type(v))
+    return enc(v) if enc is not None else _encode_value(v)
 
 
 def is_nan(v: Any) -> bool:

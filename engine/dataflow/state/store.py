@@ -38,7 +38,8 @@ Tuning = Literal["point", "prefix"]
 _TIME_KEY = b"incview:committed_time"
 _TUNING_KEY = b"incview:tuning:"  # + column family name -> its tuning, to reopen it alike
 _FORMAT_KEY = b"incview:format"
-_FORMAT = b"1"
+#: "2": join arrangements keep a key's rows in one entry per key (``state.arrangement``)
+_FORMAT = b"2"
 _META_CF = "default"
 
 
@@ -261,6 +262,12 @@ class StateTable:
     def put(self, key: bytes, value: bytes) -> None:
         self.store._batch.put(key, value, self._handle)
         self.store._staged += 1
+
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        put, handle = self.store._batch.put, self._handle
+        for k, v in zip(keys, values, strict=True):
+            put(k, v, handle)
+        self.store._staged += len(keys)
 
     def delete(self, key: bytes) -> None:
         self.store._batch.delete(key, self._handle)
