@@ -31,15 +31,17 @@ module orchestrates; it must not plan, decode or write SQL results itself.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 
 import psycopg
@@ -59,9 +61,12 @@ from engine.postgres.sink import ResultSink
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
+from engine.slot_keeper import SlotKeeper
 from engine.sql.physical_planner import PhysicalPlan
 from engine.sql.planner import ViewPlan, build_dataflow, explain, plan_view
 from engine.sql.population_filter import population_filters
+
+log = logging.getLogger(__name__)
 
 SLOT = "incview_slot"
 PUBLICATION = "incview_pub"
@@ -127,7 +132,7 @@ class _View:
         self.snapshot: PgSnapshot | None = self._load_snapshot()
         # commit time of the last source transaction applied (list_views' lag)
         self.last_commit: datetime | None = record.last_commit_time
-        self._projections: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        self._projections: dict[tuple[str, tuple[str, ...]], Callable[[tuple], tuple]] = {}
 
     # population snapshot ---------------------------------------------------------------------
     def _load_snapshot(self) -> PgSnapshot | None:
@@ -163,11 +168,15 @@ class _View:
         if column_names == wanted:
             return batch
         key = (table, column_names)
-        idx = self._projections.get(key)
-        if idx is None:
+        pick = self._projections.get(key)
+        if pick is None:
             idx = [column_names.index(c) for c in wanted]
-            self._projections[key] = idx
-        return DiffBatch([tuple(r[i] for i in idx) for r in batch.rows], list(batch.weights))
+            if len(idx) > 1:
+                pick = itemgetter(*idx)  # a tuple of the columns, in C
+            else:
+                pick = (lambda r, _i=idx[0]: (r[_i],)) if idx else (lambda r: ())
+            self._projections[key] = pick
+        return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
 
     def reset_state(self) -> None:
         """Close and delete the view's state and build an empty dataflow (re-population)."""
@@ -249,6 +258,9 @@ class Engine:
         after = min((v.state_time for v in self.views.values()), default=0)
         self.reader = CdcReader(self.dsn, SLOT, PUBLICATION, after_lsn=after)
         self._advancer = CdcReader(self.dsn, SLOT, PUBLICATION)  # under _advance_lock only
+        # the slot keeper's own catalog connection (it runs beside the caller's thread)
+        self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
+        self._slot_keeper = SlotKeeper(self._advance_slot)
         for view, time_ in resume:
             self._repopulate(view, time_)
 
@@ -453,8 +465,9 @@ class Engine:
                         "again (or with a larger timeout_s); the views keep what they applied"
                     )
         finally:
-            # once per call: advancing a logical slot decodes the WAL from its restart point
-            self._advance_slot()
+            # in the background: the result tables are written, the slot's advance (which
+            # decodes the WAL from its restart point) is housekeeping nobody waits for
+            self._slot_keeper.request()
 
     def _record_states(self, views: Iterable[_View]) -> None:
         changed = {
@@ -462,18 +475,20 @@ class Engine:
             for v in views
             if v.state_time > _POPULATION_TIME and v.state_time != v.recorded_time
         }
-        self.catalog.record_state({v.name: t for v, t in changed.items()})
+        self._advance_catalog.record_state({v.name: t for v, t in changed.items()})
         for v, t in changed.items():
             v.recorded_time = t
 
     def _advance_slot(self) -> None:
         """Record the open views' state LSNs and move the slot to the smallest over ALL views
-        of the catalog (other processes may run other views)."""
-        if not self.views:
-            return
+        of the catalog (other processes may run other views). Runs in the slot keeper's thread
+        (``SlotKeeper.request``) or, via ``SlotKeeper.flush``, in the caller's."""
         with self._advance_lock:
-            self._record_states(self.views.values())
-            target = self.catalog.min_state_lsn()
+            views = list(self.views.values())  # the caller's thread may add or drop views
+            if not views:
+                return
+            self._record_states(views)
+            target = self._advance_catalog.min_state_lsn()
             if target is not None:
                 self._advancer.advance(target)
 
@@ -509,7 +524,7 @@ class Engine:
         if time.monotonic() >= self._next_advance:
             # advancing decodes the WAL from the slot's restart point: not after every batch
             self._next_advance = time.monotonic() + _ADVANCE_EVERY_S
-            self._advance_slot()
+            self._slot_keeper.request()
 
     def _last_commit_upto(self, target: int) -> int | None:
         """End LSN of the last transaction in the slot that ends at or before ``target``."""
@@ -542,7 +557,7 @@ class Engine:
                     )
                 time.sleep(0.02)
             if all(self.views[n].writes == writes[n] for n in upstream):
-                self._advance_slot()
+                self._slot_keeper.request()
                 return
 
     def run(
@@ -584,7 +599,7 @@ class Engine:
                     lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
                     for view in running:
                         self.catalog.heartbeat(view.name, pid, host, lags.get(view.name))
-                    self._advance_slot()  # also records the state LSNs of quiet views
+                    self._slot_keeper.request()  # also records the state LSNs of quiet views
                     next_beat = time.monotonic() + heartbeat_s
                 stop.wait(self.trigger_ms / 1000.0 if self.runner == "local" else 0.2)
         finally:
@@ -593,7 +608,7 @@ class Engine:
                     view.stream.stop()
                     view.stream = None
                 self.catalog.stopped(view.name)
-            self._advance_slot()
+            self._slot_keeper.flush()
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
 
@@ -604,7 +619,7 @@ class Engine:
             end = txs[-1].end_lsn
             for view in running:
                 self._apply_view(view, txs, end)
-            self._advance_slot()
+            self._slot_keeper.request()
 
     def _apply(self, txs: list[Transaction]) -> None:
         end = txs[-1].end_lsn
@@ -798,7 +813,8 @@ class Engine:
         self.catalog.delete(name)
         others = self.catalog.all()
         if not others:
-            self.reader.drop()
+            with self._advance_lock:  # not while the slot keeper advances
+                self.reader.drop()
         else:
             needed: set[str] = set()
             for r in others:
@@ -815,11 +831,17 @@ class Engine:
             if view.stream is not None:
                 view.stream.stop()
                 view.stream = None
+        self._slot_keeper.stop()
+        try:  # leave the slot where the views are, holding no WAL they do not need
+            self._advance_slot()
+        except psycopg.Error as e:
+            log.warning("could not advance the slot on close: %s", e)
         for view in self.views.values():
             view.close()
         self.views.clear()
         self.reader.close()
         self._advancer.close()
+        self._advance_catalog.conn.close()
         self.conn.close()
         self.sink_conn.close()
         if self.embedded is not None:

@@ -168,3 +168,36 @@ def test_an_interrupted_repopulation_is_finished_on_open(pg_dsn, tmp_path):
             eng.catch_up()
             assert diff_rows(conn, "rev", sql) == (0, 0)
             assert not (eng.views["rev"].dir / "repopulating").exists()
+
+
+def test_the_slot_follows_the_views_in_the_background(pg_dsn, tmp_path):
+    """catch_up returns once the result tables are written; the slot keeper then confirms the
+    applied LSN to the slot (so Postgres can recycle the WAL), and close() leaves it there."""
+    rng = random.Random(5)
+
+    def confirmed(conn):
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots"
+        ).fetchone()
+        return int(row[0])
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        next_id = setup_tables(conn, rng)
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            eng.create_view("amounts", VIEWS["amounts"])
+            for _ in range(3):
+                random_transaction(conn, rng, next_id)
+                eng.catch_up()
+                applied = eng.views["amounts"].state_time
+                deadline = time.monotonic() + 10
+                while confirmed(conn) < applied:
+                    assert time.monotonic() < deadline, "the slot did not follow the view"
+                    time.sleep(0.01)
+                assert diff_rows(conn, "amounts", VIEWS["amounts"]) == (0, 0)
+            random_transaction(conn, rng, next_id)
+            eng.catch_up()
+            applied = eng.views["amounts"].state_time
+        assert confirmed(conn) >= applied  # close() advanced synchronously
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            eng.drop_view("amounts")
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
