@@ -4,14 +4,16 @@
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
 binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd), deletes
 exactly ``|w|`` physical copies of every row with a negative weight (multiset-exact: duplicates
-and NULLs included, rows matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``), inserts
+and NULLs included, rows found through the result table's row-hash index, matched with
+``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), inserts
 ``w`` copies of every row with a positive weight and records the LSN, so results and LSN commit
 together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
 renamed into place (readers never see a partial table), or, when the result table exists, by
 applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
 its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);
 it must not plan, keep view state, advance replication slots, or write anything in the database
-besides its result table, its staging table and the view's row in ``incview.views``.
+besides its result table (with its row-hash index), its staging table and the view's row in
+``incview.views``.
 """
 
 from __future__ import annotations
@@ -53,27 +55,18 @@ COPY_TYPES: dict[TypeKind, str] = {
     TypeKind.UNKNOWN: "text",
 }
 
-# A value per type that stands in for NULL in the hash-join keys of the multiset delete
-# (``IS NOT DISTINCT FROM`` is not hashable; ``coalesce(x, S) = coalesce(y, S)`` is). A real value
-# equal to S only costs a hash collision: the exact ``IS NOT DISTINCT FROM`` test stays.
-_NULL_STANDIN: dict[TypeKind, str] = {
-    TypeKind.SMALLINT: "-32768",
-    TypeKind.INTEGER: "-2147483648",
-    TypeKind.BIGINT: "-9223372036854775808",
-    TypeKind.NUMERIC: "NaN",
-    TypeKind.REAL: "NaN",
-    TypeKind.DOUBLE: "NaN",
-    TypeKind.TEXT: "\x01incview-null\x01",
-    TypeKind.VARCHAR: "\x01",
-    TypeKind.CHAR: "\x01",
-    TypeKind.BOOLEAN: "false",
-    TypeKind.DATE: "-infinity",
-    TypeKind.TIMESTAMP: "-infinity",
-    TypeKind.TIMESTAMPTZ: "-infinity",
-    TypeKind.INTERVAL: "-177999999 years",
-    TypeKind.TIME: "23:59:59.999999",
-    TypeKind.UNKNOWN: "\x01incview-null\x01",
-}
+# The multiset delete finds a diff row's copies in the result table through an expression index
+# on ``hash_record(ROW(<all columns>))``: Postgres' record hash hashes each column with its
+# type's hash function, so values equal under ``=`` hash equally (1.0 and 1.00, int4 and int8,
+# char(n) with and without trailing blanks) and NULLs hash too. The index holds 4 bytes per row
+# (no btree row-size limit on wide text); the exact ``IS NOT DISTINCT FROM`` test decides.
+_ROW_HASH = "hash_record"
+
+
+def _base_type_sql(t: SqlType) -> str:
+    """``t`` without length/precision (a cast to it never truncates or rounds)."""
+    return "bpchar" if t.kind is TypeKind.CHAR else SqlType(t.kind).sql()
+
 
 TX_WORK_MEM = "64MB"
 SESSION_TEMP_BUFFERS = "64MB"
@@ -199,17 +192,26 @@ class ResultSink:
             sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
             for c, (_, t) in zip(cols, self.columns, strict=True)
         )
-        hash_keys = []
-        exact = []
-        for c, p, (_, t), tt in zip(cols, pos, self.columns, self._tmp_types, strict=True):
-            standin = sql.Literal(_NULL_STANDIN[t.kind])
-            hash_keys.append(
-                sql.SQL("coalesce(t.{c}, {s}::{t}) = coalesce(d.{p}, {s}::{tt})").format(
-                    c=c, p=p, s=standin, t=sql.SQL(t.sql()), tt=sql.SQL(tt.sql())
-                )
-            )
-            exact.append(sql.SQL("t.{} IS NOT DISTINCT FROM d.{}").format(c, p))
-        self._match = sql.SQL(" AND ").join(hash_keys + exact)
+        self._row_hash_index = sql.SQL("{}(ROW({}))").format(sql.SQL(_ROW_HASH), self._col_list)
+        target_hash = sql.SQL("{}(ROW({}))").format(
+            sql.SQL(_ROW_HASH), sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in cols)
+        )
+        # the diff table's columns cast to the result table's base types (bigint -> integer,
+        # text -> bpchar ...): the same per-type hash functions on both sides
+        diff_hash = sql.SQL("{}(ROW({}))").format(
+            sql.SQL(_ROW_HASH),
+            sql.SQL(", ").join(
+                sql.SQL("d.{}::{}").format(p, sql.SQL(_base_type_sql(t)))
+                for p, (_, t) in zip(pos, self.columns, strict=True)
+            ),
+        )
+        exact = [
+            sql.SQL("t.{} IS NOT DISTINCT FROM d.{}").format(c, p)
+            for c, p in zip(cols, pos, strict=True)
+        ]
+        self._match = sql.SQL(" AND ").join(
+            [sql.SQL("{} = {}").format(target_hash, diff_hash), *exact]
+        )
 
     def _delete_sql(self, target: sql.Composable, source: str) -> sql.Composed:
         """Delete ``-w`` physical copies (by ctid) of every row of ``source`` with ``w < 0``."""
@@ -323,7 +325,19 @@ class ResultSink:
                 f"result table {self.qualified_name} of view {self.view} has columns {cols}, but "
                 f"the view produces {expected}: drop the table (or the view) and re-create the view"
             )
+        self._ensure_row_index(cur, self._target)
         return True
+
+    def _ensure_row_index(self, cur: psycopg.Cursor, table: sql.Identifier) -> None:
+        """Create the row-hash index the multiset delete looks rows up by, unless ``table`` has
+        it (tables written by an older incview, or whose index someone dropped, get it here)."""
+        row = cur.execute(
+            "SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass "
+            "AND pg_get_indexdef(indexrelid) LIKE %s",
+            (table.as_string(cur), f"%{_ROW_HASH}(ROW(%"),
+        ).fetchone()
+        if row is not None and row[0] == 0:
+            cur.execute(sql.SQL("CREATE INDEX ON {} ({})").format(table, self._row_hash_index))
 
     def _wrap(self, what: str, err: Exception) -> ViewError:
         return ViewError(
@@ -473,6 +487,10 @@ class ResultSink:
                                 write(row)
                         elif w < 0:
                             retract[row] = retract.get(row, 0) + w
+            # built once over the loaded rows (cheaper than maintaining it row by row)
+            cur.execute(
+                sql.SQL("CREATE INDEX ON {} ({})").format(self._staging, self._row_hash_index)
+            )
         deleted = 0
         with conn.transaction(), conn.cursor() as cur:
             self._lock_view(cur)
