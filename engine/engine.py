@@ -453,7 +453,13 @@ class Engine:
             while True:
                 txs = self.reader.poll(_POLL_CHANGES)
                 if txs:
-                    self._apply(txs)
+                    try:
+                        self._apply(txs)
+                    except BaseException:
+                        # a view that failed (its sink, say) kept its state before this batch:
+                        # the next catch_up reads the batch again (views that applied it skip it)
+                        self.reader.rewind(min(v.state_time for v in self.views.values()))
+                        raise
                 if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
                     if not self._downstream_dirty:
                         return
@@ -617,8 +623,12 @@ class Engine:
         txs = self.reader.poll(_POLL_CHANGES)
         if txs:
             end = txs[-1].end_lsn
-            for view in running:
-                self._apply_view(view, txs, end)
+            try:
+                for view in running:
+                    self._apply_view(view, txs, end)
+            except BaseException:
+                self.reader.rewind(min(v.state_time for v in running))  # read it again later
+                raise
             self._slot_keeper.request()
 
     def _apply(self, txs: list[Transaction]) -> None:
@@ -684,12 +694,15 @@ class Engine:
         except Exception as e:
             df.abort()
             self.catalog.set_phase(view.name, "sink_error", str(e))
+            view.record = self.catalog.get(view.name) or view.record
             raise ViewError(f"view {view.name}: writing the result table failed: {e}") from e
         df.commit(end)
         view.committed(end)
         if last_commit is not None:
             view.last_commit = last_commit
-        if out.errs or view.record.phase == "error":
+        if out.errs or view.record.phase in ("error", "sink_error"):
+            # also after a sink failure the database recovered from (seed 003: retried, not
+            # re-populated): back to running, or to error while the errs collection holds rows
             self._record_errors(view, df.errors())
         if out.diffs:
             view.writes += 1

@@ -484,6 +484,11 @@ class CdcReader:
         txs, _ = self._assemble(self.peek(None, upto_lsn=end))
         return [tx for tx in txs if start < tx.end_lsn <= end]
 
+    def rewind(self, lsn: int) -> None:
+        """Return the transactions ending after ``lsn`` again from the next ``poll()`` (after a
+        failed apply: what was polled but not committed must be read again, not skipped)."""
+        self.last_lsn = min(self.last_lsn, lsn)
+
     def poll(self, max_changes: int = 10000) -> list[Transaction]:
         """The committed transactions after the last one returned, whole, oldest first.
 

@@ -201,3 +201,35 @@ def test_the_slot_follows_the_views_in_the_background(pg_dsn, tmp_path):
         with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
             eng.drop_view("amounts")
         assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+
+
+def test_a_failing_sink_is_retried_and_the_view_recovers(pg_dsn, tmp_path):
+    """A database-side write failure puts the view in sink_error and keeps its state; once the
+    database accepts the write again, the next catch_up applies everything and the view runs."""
+    rng = random.Random(8)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        next_id = setup_tables(conn, rng)
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            eng.create_view("amounts", VIEWS["amounts"])
+            conn.execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'refused by a trigger'; END $$"
+            )
+            conn.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT OR DELETE ON amounts "
+                "FOR EACH STATEMENT EXECUTE FUNCTION refuse()"
+            )
+            for _ in range(2):
+                random_transaction(conn, rng, next_id)
+                next_id[0] += 1  # and a change the view certainly sees
+                conn.execute("INSERT INTO orders VALUES (%s, 1, 7, 'open')", (next_id[0],))
+                with pytest.raises(ViewError, match="writing the result table failed"):
+                    eng.catch_up()
+                (status,) = eng.list_views()
+                assert status.phase == "sink_error" and "refuse" in status.last_error
+            conn.execute("DROP TRIGGER refuse ON amounts")
+            random_transaction(conn, rng, next_id)
+            eng.catch_up()
+            (status,) = eng.list_views()
+            assert (status.phase, status.last_error) == ("running", None)
+            assert diff_rows(conn, "amounts", VIEWS["amounts"]) == (0, 0)
