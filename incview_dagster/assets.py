@@ -6,7 +6,8 @@ alone, see ``incview_dagster.lineage``) plus an external ``AssetSpec`` per Postg
 (kind ``postgres``). Materializing a view asset is its population or recovery
 (``IncViewResource.populate``): stop its streaming job, populate in the run's process (the
 Engine opens only that view), start the streaming job detached again; the run then ends, it never
-holds the job. It reports ``dagster/row_count``, the population time, the SQL, the EXPLAIN, the
+holds the job. A run tagged ``incview/reason=resume`` (the supervisor's first answer to a dead
+job) restarts the job from the view's state instead (``IncViewResource.resume``). It reports ``dagster/row_count``, the population time, the SQL, the EXPLAIN, the
 result table's columns and the state directory. A run tagged ``incview/not_before`` (the
 recovery sensor's backoff) first waits until that time. ``incremental_views(...)`` bundles the
 assets, source specs, checks, both sensors, the population job and (optionally) the resource
@@ -51,6 +52,7 @@ from incview_dagster.lineage import view_lineage
 from incview_dagster.resource import IncViewResource, PopulationReport
 from incview_dagster.sensors import (
     TAG_NOT_BEFORE,
+    TAG_REASON,
     build_recovery_sensor,
     build_supervisor_sensor,
 )
@@ -115,7 +117,10 @@ def _build_view_asset(
     )
     def _view_asset(context: AssetExecutionContext, incview: IncViewResource) -> MaterializeResult:
         _wait_for_backoff(context)
-        report = incview.populate(view, log=context.log)
+        if context.run.tags.get(TAG_REASON) == "resume":
+            report = incview.resume(view, log=context.log)
+        else:
+            report = incview.populate(view, log=context.log)
         return MaterializeResult(metadata=_materialize_metadata(view, report))
 
     return _view_asset

@@ -8,7 +8,8 @@ nothing; an ``Engine`` opens only the views a caller names (RocksDB state is sin
 the SparkSession exists only in a process that populates on Spark (``spark_session``, handed out
 through dagster-pyspark's ``LazyPySparkResource`` once incview's own builder configured it).
 ``populate`` is the population/recovery step of a view asset: stop the view's streaming job,
-create the view (or re-populate it, or re-define it when its SQL changed), start the job again.
+create the view (or re-populate it, or re-define it when its SQL changed), start the job again;
+``resume`` is the cheaper recovery that restarts the job from the view's state.
 This module must not build Dagster definitions or decide when to populate (that is the sensors').
 
 Example::
@@ -59,7 +60,7 @@ class PopulationReport:
     """What ``IncViewResource.populate`` did, for the asset's metadata."""
 
     view: str
-    action: str  # created | repopulated | redefined
+    action: str  # created | repopulated | redefined | resumed
     rows: int
     seconds: float
     explain: str
@@ -212,6 +213,48 @@ class IncViewResource(ConfigurableResource):
             job,
             stopped,
             spark_startup_s,
+        )
+
+    def resume(self, view: IncView, log: Any = None) -> PopulationReport:
+        """Recovery that keeps the view's state: restart its streaming job, under its lock.
+
+        A killed job or a failed sink write loses nothing: the state (RocksDB) and the result
+        table commit with the view's LSN, exactly once, so the restarted job applies what the
+        view has not applied yet (seed 003: a database-side error is retried, not re-populated).
+        Opening the view here first checks that its state opens (a run that fails on it is
+        followed by the recovery sensor's re-population). Falls back to ``populate`` when the
+        view cannot resume: not in the catalog, its SQL changed, or its population never
+        finished."""
+        record = self.view_records().get(view.name)
+        if record is None or record.sql != view.sql or record.phase == "populating":
+            if log is not None:
+                log.info(f"view {view.name} cannot resume (not populated as declared): populating")
+            return self.populate(view, log)
+        jobs = self.streaming_jobs()
+        with jobs.lock(view.name):
+            stopped = jobs.stop(view.name, self.job_stop_timeout_s)
+            start = time.monotonic()
+            with self.open_engine(views=[view.name]) as eng:
+                explain = eng.explain(view.sql)
+                rows, columns = _result_table_facts(eng.conn, view)
+            seconds = time.monotonic() - start
+            job = jobs.start(view.name)
+            if log is not None:
+                log.info(
+                    f"resumed view {view.name} from its state (LSN {record.last_lsn}): "
+                    f"streaming job pid {job.pid}, log {job.log_path}"
+                )
+        return PopulationReport(
+            view.name,
+            "resumed",
+            rows,
+            seconds,
+            explain,
+            columns,
+            self.state_path / "views" / view.name,
+            job,
+            stopped,
+            None,
         )
 
     @staticmethod

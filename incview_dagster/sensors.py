@@ -3,8 +3,9 @@
 ``build_supervisor_sensor`` (default RUNNING) reads, every ``interval_s``, each declared view's
 row in ``incview.views`` and its streaming job's status (``incview_dagster.health``) and requests
 runs of the view's asset: a *population* for a view never populated (once its Postgres source
-tables exist) or whose SQL changed, a *recovery* for one whose job died, whose sink failed, or
-whose population was interrupted. It never requests a run for a view while a run that
+tables exist) or whose SQL changed, a *resume* (the streaming job restarted from the view's
+state, ``IncViewResource.resume``) for one whose job died or whose sink failed, and a *recovery*
+(re-population) for one whose population was interrupted or whose resumed job died again. It never requests a run for a view while a run that
 materializes it exists (QUEUED, NOT_STARTED, STARTING, STARTED, CANCELING), leaves views whose
 latest run failed to the recovery sensor, and caps its own recoveries of a job that keeps dying
 (``max_recoveries``, exponential backoff from ``backoff_s``; the count resets once the job
@@ -57,7 +58,7 @@ ACTIVE_RUN_STATUSES = (
     DagsterRunStatus.CANCELING,
 )
 TAG_VIEW = "incview/view"
-TAG_REASON = "incview/reason"  # population | redefinition | recovery
+TAG_REASON = "incview/reason"  # population | redefinition | resume | recovery
 TAG_ATTEMPT = "incview/attempt"  # recovery attempt after failed runs (0: first request)
 TAG_NOT_BEFORE = "incview/not_before"  # ISO time the view asset waits for (backoff)
 
@@ -258,6 +259,10 @@ def build_supervisor_sensor(
                     continue
             if reason == "recovery":
                 past = recoveries.get(view.name, {"n": 0, "at": None})
+                if past["n"] == 0 and health.state != POPULATING:
+                    # the job died (or its sink failed) with its state intact: restart it from
+                    # there first; a job that dies again is re-populated next time
+                    reason = "resume"
                 if past["n"] >= max_recoveries:
                     notes.append(
                         f"{view.name}: {health.reason}; gave up after {past['n']} recoveries "

@@ -107,7 +107,8 @@ def test_supervisor_recovers_a_dead_job_and_reports_health(incview, shop_dsn):
         result = _tick(defs, instance, incview, cursor)
         requests = _requests(result)
         assert set(requests) == {("views", "shop", "segment_totals")}
-        assert requests[("views", "shop", "segment_totals")].tags["incview/reason"] == "recovery"
+        # its state is intact: restarted from there first, not re-populated
+        assert requests[("views", "shop", "segment_totals")].tags["incview/reason"] == "resume"
 
         # while a run for it exists, nothing more is requested
         job_def = defs.resolve_job_def("incview_population")
@@ -176,3 +177,55 @@ def test_recovery_sensor_requests_recovery_with_backoff_until_the_cap(incview):
         assert isinstance(third, SkipReason) and "gave up after 2" in third.skip_message
         # the supervisor leaves a view whose latest run failed to the recovery sensor
         assert latest_run_failed(instance, AssetKey(["views", "shop", "broken"])) is not None
+
+
+@pytest.mark.slow
+def test_a_dead_job_resumes_from_its_state_then_is_repopulated_if_it_dies_again(incview, shop_dsn):
+    """The supervisor's first recovery of a killed job is a resume run: the job restarts from
+    the view's state (no re-population) and applies what happened while it was down; a resumed
+    job that dies again is re-populated."""
+    defs = _defs(incview, (SEGMENT_TOTALS,), heartbeat_timeout_s=10, recovery_backoff_s=0)
+    _populate(incview, SEGMENT_TOTALS)
+    jobs = incview.streaming_jobs()
+    query = SEGMENT_TOTALS.sql
+    with instance_for_test() as instance, psycopg.connect(shop_dsn, autocommit=True) as conn:
+        cursor = _tick(defs, instance, incview).cursor
+        os.kill(jobs.status(SEGMENT_TOTALS.name).pid, signal.SIGKILL)
+        while jobs.status(SEGMENT_TOTALS.name).alive:
+            time.sleep(0.05)
+        conn.execute("INSERT INTO shop.orders VALUES (30, 1, 7), (31, 2, 9)")  # while it is down
+        conn.execute("DELETE FROM shop.orders WHERE id = 30")
+        result = _tick(defs, instance, incview, cursor)
+        (request,) = result.run_requests
+        assert request.tags["incview/reason"] == "resume"
+        # a re-population deletes the state directory (Engine._View.reset_state): a file of
+        # ours in it survives only a resume
+        witness = incview.state_path / "views" / SEGMENT_TOTALS.name / "state" / "test-witness"
+        witness.write_text("kept")
+        run = materialize(
+            [a for a in defs.assets if getattr(a, "key", None) == SEG_KEY],
+            resources={"incview": incview},
+            instance=instance,
+            tags=request.tags,
+        )
+        (mat,) = run.asset_materializations_for_node("__".join(SEG_KEY.path))
+        assert mat.metadata["incview/action"].value == "resumed"
+        assert witness.read_text() == "kept"
+        deadline = time.monotonic() + 60
+        while True:
+            extra = conn.execute(
+                f"SELECT (SELECT count(*) FROM (({query}) EXCEPT ALL "
+                f"SELECT * FROM shop.segment_totals) a) + (SELECT count(*) FROM "
+                f"(SELECT * FROM shop.segment_totals EXCEPT ALL ({query})) b)"
+            ).fetchone()[0]
+            if extra == 0:
+                break
+            assert time.monotonic() < deadline, "the resumed job did not catch up"
+            time.sleep(0.2)
+        # it dies again: this time a re-population
+        cursor = result.cursor
+        os.kill(jobs.status(SEGMENT_TOTALS.name).pid, signal.SIGKILL)
+        while jobs.status(SEGMENT_TOTALS.name).alive:
+            time.sleep(0.05)
+        (request,) = _tick(defs, instance, incview, cursor).run_requests
+        assert request.tags["incview/reason"] == "recovery"
