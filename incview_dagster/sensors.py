@@ -10,9 +10,10 @@ materializes it exists (QUEUED, NOT_STARTED, STARTING, STARTED, CANCELING), leav
 latest run failed to the recovery sensor, and caps its own recoveries of a job that keeps dying
 (``max_recoveries``, exponential backoff from ``backoff_s``; the count resets once the job
 has been running for ``stable_after_s`` after its last recovery). It reports each view's
-health as an ``AssetObservation`` (lag, throughput, rows, state size) and, when the view applied
-new changes since the last tick (its ``last_lsn`` moved), a run-less ``AssetMaterialization``. The cursor (JSON) keeps the LSNs seen and the
-recovery counts.
+health as an ``AssetObservation`` (lag, throughput, rows, state size) and, when the result table
+changed since the last tick (the view's ``last_change_lsn`` moved; batches that change no result
+row move only ``last_lsn``), a run-less ``AssetMaterialization``, so downstream automation reacts
+to content changes only. The cursor (JSON) keeps the LSNs seen and the recovery counts.
 
 ``build_recovery_sensor`` is a ``run_failure_sensor``: when a run fails in a view's step, it
 requests a recovery run of those views tagged with the attempt number and a ``not_before`` time
@@ -190,7 +191,8 @@ def build_supervisor_sensor(
     )
     def _supervisor(context: SensorEvaluationContext, incview: IncViewResource) -> SensorResult:
         cursor = json.loads(context.cursor) if context.cursor else {}
-        seen_lsn: dict[str, int | None] = cursor.get("lsn", {})
+        # the last_change_lsn seen per view (the last LSN whose batch changed result rows)
+        seen_lsn: dict[str, int | None] = cursor.get("changed", {})
         recoveries: dict[str, dict[str, Any]] = cursor.get("recoveries", {})
         now = datetime.now(UTC)
         records = incview.view_records()
@@ -217,14 +219,15 @@ def build_supervisor_sensor(
                         asset_key=key, metadata=_health_metadata(health, rows.get(view.name))
                     )
                 )
-                lsn = record.last_lsn
+                lsn = record.last_change_lsn
                 if view.name in seen_lsn and lsn is not None and lsn != seen_lsn[view.name]:
                     events.append(
                         AssetMaterialization(
                             asset_key=key,
-                            description="the streaming job applied new changes",
+                            description="the streaming job changed the result table",
                             metadata={
-                                "last_lsn": int_to_lsn(lsn),
+                                "last_lsn": int_to_lsn(record.last_lsn or lsn),
+                                "last_change_lsn": int_to_lsn(lsn),
                                 "dagster/row_count": rows.get(view.name, 0),
                                 "incview/source": "streaming job (run-less)",
                             },
@@ -287,7 +290,7 @@ def build_supervisor_sensor(
         return SensorResult(
             run_requests=requests,
             asset_events=events,
-            cursor=json.dumps({"lsn": seen_lsn, "recoveries": recoveries}),
+            cursor=json.dumps({"changed": seen_lsn, "recoveries": recoveries}),
             skip_reason=None if requests else SkipReason("; ".join(notes) or "all views healthy"),
         )
 

@@ -53,6 +53,12 @@ MIGRATIONS: tuple[str, ...] = (
     f"""
     ALTER TABLE {SCHEMA}.views ADD COLUMN IF NOT EXISTS lag_ms double precision;
     """,
+    # last_change_lsn: the last applied LSN whose batch changed result rows (last_lsn moves with
+    # every batch, also those that change nothing in this view)
+    f"""
+    ALTER TABLE {SCHEMA}.views ADD COLUMN IF NOT EXISTS last_change_lsn pg_lsn;
+    UPDATE {SCHEMA}.views SET last_change_lsn = last_lsn WHERE last_change_lsn IS NULL;
+    """,
 )
 
 
@@ -74,6 +80,7 @@ class ViewRecord:
     runner_pid: int | None
     runner_host: str | None
     lag_ms: float | None
+    last_change_lsn: int | None
 
 
 def lsn_to_int(lsn: str | None) -> int | None:
@@ -90,7 +97,7 @@ def int_to_lsn(value: int) -> str:
 _COLUMNS = (
     "name, sql, result_schema, result_table, phase, created, last_lsn::text, last_error, "
     "heartbeat, last_commit_time, last_batch_rows, last_batch_ms, state_lsn::text, runner_pid, "
-    "runner_host, lag_ms"
+    "runner_host, lag_ms, last_change_lsn::text"
 )
 
 
@@ -132,6 +139,7 @@ class ViewCatalog:
         values = list(row)
         values[6] = lsn_to_int(values[6])
         values[12] = lsn_to_int(values[12])
+        values[16] = lsn_to_int(values[16])
         return ViewRecord(*values)
 
     def get(self, name: str) -> ViewRecord | None:
@@ -200,11 +208,14 @@ class ViewCatalog:
     def record_applied(
         cur: psycopg.Cursor, name: str, lsn: int, rows: int, ms: float, commit_time: datetime | None
     ) -> None:
-        """Inside the sink's transaction: the view now reflects everything up to ``lsn``."""
+        """Inside the sink's transaction: the view now reflects everything up to ``lsn``; ``rows``
+        result rows were written (inserted + deleted) by this batch."""
         cur.execute(
             f"UPDATE {SCHEMA}.views SET last_lsn = %s::pg_lsn, last_batch_rows = %s, "
-            "last_batch_ms = %s, last_commit_time = coalesce(%s, last_commit_time) WHERE name = %s",
-            (int_to_lsn(lsn), rows, ms, commit_time, name),
+            "last_batch_ms = %s, last_commit_time = coalesce(%s, last_commit_time), "
+            "last_change_lsn = CASE WHEN %s > 0 THEN %s::pg_lsn ELSE last_change_lsn END "
+            "WHERE name = %s",
+            (int_to_lsn(lsn), rows, ms, commit_time, rows, int_to_lsn(lsn), name),
         )
 
     @staticmethod

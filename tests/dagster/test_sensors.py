@@ -88,12 +88,26 @@ def test_supervisor_recovers_a_dead_job_and_reports_health(incview, shop_dsn):
         assert seg["lag_ms"].value < 10_000
         cursor = result.cursor
 
-        # a change applied by the streaming job: a run-less materialization
-        seen = json.loads(cursor)["lsn"]["shop.segment_totals"]
+        # a change the view's result does not show (a customer's name): applied, no
+        # materialization (downstream automation must not run for nothing)
+        seen = json.loads(cursor)["changed"]["shop.segment_totals"]
+        last = incview.view_records()["shop.segment_totals"].last_lsn
+        with psycopg.connect(shop_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE shop.customers SET name = 'anne' WHERE id = 1")
+        while incview.view_records()["shop.segment_totals"].last_lsn == last:
+            assert time.monotonic() < deadline + 30, "the streaming job applied nothing"
+            time.sleep(0.2)
+        assert incview.view_records()["shop.segment_totals"].last_change_lsn == seen
+        result = _tick(defs, instance, incview, cursor)
+        mats = [e for e in result.asset_events if isinstance(e, AssetMaterialization)]
+        assert SEG_KEY not in {m.asset_key for m in mats}
+        cursor = result.cursor
+
+        # a change of the result table: a run-less materialization
         with psycopg.connect(shop_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO shop.orders VALUES (20, 2, 1)")
-        while incview.view_records()["shop.segment_totals"].last_lsn == seen:
-            assert time.monotonic() < deadline + 30, "the streaming job applied nothing"
+        while incview.view_records()["shop.segment_totals"].last_change_lsn == seen:
+            assert time.monotonic() < deadline + 60, "the streaming job changed nothing"
             time.sleep(0.2)
         result = _tick(defs, instance, incview, cursor)
         mats = [e for e in result.asset_events if isinstance(e, AssetMaterialization)]
