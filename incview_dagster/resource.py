@@ -23,7 +23,7 @@ Example::
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,37 +161,64 @@ class IncViewResource(ConfigurableResource):
            difference), drop and create when its SQL changed;
         3. close the Engine and start the streaming job, detached.
         """
+
+        def act(eng: Any) -> str:
+            record = eng.catalog.get(view.name)
+            if record is None:
+                eng.create_view(view.name, view.sql)
+                return "created"
+            if record.sql != view.sql or view.name not in eng.views:
+                # re-defined, or a creation that was interrupted (not openable)
+                self._refuse_if_read_by_others(eng, view)
+                eng.drop_view(view.name)
+                eng.create_view(view.name, view.sql)
+                return "redefined" if record.sql != view.sql else "created"
+            eng.repopulate(view.name)
+            return "repopulated"
+
+        return self._restart_job(view, log, act, spark=self.runner == "spark")
+
+    def resume(self, view: IncView, log: Any = None) -> PopulationReport:
+        """Recovery that keeps the view's state: restart its streaming job, under its lock.
+
+        A killed job or a failed sink write loses nothing: the state (RocksDB) and the result
+        table commit with the view's LSN, exactly once, so the restarted job applies what the
+        view has not applied yet (seed 003: a database-side error is retried, not re-populated).
+        Opening the view here first checks that its state opens (a run that fails on it is
+        followed by the recovery sensor's re-population). Falls back to ``populate`` when the
+        view cannot resume: not in the catalog, its SQL changed, or its population never
+        finished."""
+        record = self.view_records().get(view.name)
+        if record is None or record.sql != view.sql or record.phase == "populating":
+            if log is not None:
+                log.info(f"view {view.name} cannot resume (not populated as declared): populating")
+            return self.populate(view, log)
+        return self._restart_job(view, log, lambda eng: "resumed", spark=False)
+
+    def _restart_job(
+        self, view: IncView, log: Any, act: Callable[[Any], str], *, spark: bool
+    ) -> PopulationReport:
+        """Under the view's lock: stop its streaming job, ``act`` on an Engine opening only the
+        view (returns what it did), close the Engine, start the job again, detached. With
+        ``spark`` the SparkSession is built first (the Engine's population job runs on it)."""
         jobs = self.streaming_jobs()
         with jobs.lock(view.name):
             stopped = jobs.stop(view.name, self.job_stop_timeout_s)
             if stopped and log is not None:
                 log.info(f"stopped the streaming job of {view.name}")
             spark_startup_s = None
-            if self.runner == "spark":
-                # the population's Spark job runs on this session (the Engine gets the active one)
+            if spark:
                 started = time.monotonic()
-                spark = self.spark_session
+                session = self.spark_session
                 spark_startup_s = time.monotonic() - started
                 if log is not None:
                     log.info(
-                        f"SparkSession ready ({spark.sparkContext.master}) after "
+                        f"SparkSession ready ({session.sparkContext.master}) after "
                         f"{spark_startup_s:.1f} s"
                     )
             start = time.monotonic()
             with self.open_engine(views=[view.name]) as eng:
-                record = eng.catalog.get(view.name)
-                if record is None:
-                    action = "created"
-                    eng.create_view(view.name, view.sql)
-                elif record.sql != view.sql or view.name not in eng.views:
-                    # re-defined, or a creation that was interrupted (not openable)
-                    action = "redefined" if record.sql != view.sql else "created"
-                    self._refuse_if_read_by_others(eng, view)
-                    eng.drop_view(view.name)
-                    eng.create_view(view.name, view.sql)
-                else:
-                    action = "repopulated"
-                    eng.repopulate(view.name)
+                action = act(eng)
                 seconds = time.monotonic() - start
                 if log is not None:
                     log.info(f"{action} view {view.name} in {seconds:.2f} s")
@@ -213,48 +240,6 @@ class IncViewResource(ConfigurableResource):
             job,
             stopped,
             spark_startup_s,
-        )
-
-    def resume(self, view: IncView, log: Any = None) -> PopulationReport:
-        """Recovery that keeps the view's state: restart its streaming job, under its lock.
-
-        A killed job or a failed sink write loses nothing: the state (RocksDB) and the result
-        table commit with the view's LSN, exactly once, so the restarted job applies what the
-        view has not applied yet (seed 003: a database-side error is retried, not re-populated).
-        Opening the view here first checks that its state opens (a run that fails on it is
-        followed by the recovery sensor's re-population). Falls back to ``populate`` when the
-        view cannot resume: not in the catalog, its SQL changed, or its population never
-        finished."""
-        record = self.view_records().get(view.name)
-        if record is None or record.sql != view.sql or record.phase == "populating":
-            if log is not None:
-                log.info(f"view {view.name} cannot resume (not populated as declared): populating")
-            return self.populate(view, log)
-        jobs = self.streaming_jobs()
-        with jobs.lock(view.name):
-            stopped = jobs.stop(view.name, self.job_stop_timeout_s)
-            start = time.monotonic()
-            with self.open_engine(views=[view.name]) as eng:
-                explain = eng.explain(view.sql)
-                rows, columns = _result_table_facts(eng.conn, view)
-            seconds = time.monotonic() - start
-            job = jobs.start(view.name)
-            if log is not None:
-                log.info(
-                    f"resumed view {view.name} from its state (LSN {record.last_lsn}): "
-                    f"streaming job pid {job.pid}, log {job.log_path}"
-                )
-        return PopulationReport(
-            view.name,
-            "resumed",
-            rows,
-            seconds,
-            explain,
-            columns,
-            self.state_path / "views" / view.name,
-            job,
-            stopped,
-            None,
         )
 
     @staticmethod
