@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.numeric import pg_numeric_div
 
 KINDS = frozenset(
@@ -214,7 +215,7 @@ def _special_result(acc: list) -> Any:
     pinf, ninf, nan = sp
     make = float if acc[NF] else Decimal
     if nan > 0 or (pinf > 0 and ninf > 0):
-        return make("nan")
+        return NAN if acc[NF] else NUMERIC_NAN  # the shared NaN: equal to the last output's
     if pinf > 0:
         return make("inf")
     if ninf > 0:

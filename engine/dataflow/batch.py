@@ -6,7 +6,9 @@ normal form). Operations run over whole lists with C-level builtins (``zip``, ``
 updates) so a batch of 100k diffs costs no per-row Python beyond one dict operation.
 
 Row equality is Python equality, which is SQL's "not distinct" for our value types (None equals
-None, Decimal('1.0') equals Decimal('1.00')). This module must not know about plans or state.
+None, Decimal('1.0') equals Decimal('1.00')) as long as every NaN is the engine's one shared NaN
+object (``engine.dataflow.nan``): tuples compare items by identity first. This module must not
+know about plans or state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
+
+from engine.dataflow.nan import NAN
 
 Row = tuple
 
@@ -117,7 +121,7 @@ class DiffBatch:
         if weight_column not in names:
             raise ValueError(f"arrow batch has no weight column {weight_column!r}: {names}")
         wi = names.index(weight_column)
-        cols = [table.column(i).to_pylist() for i in range(len(names)) if i != wi]
+        cols = [_pylist(table.column(i)) for i in range(len(names)) if i != wi]
         weights = table.column(wi).to_pylist()
         rows = list(zip(*cols, strict=True)) if cols else [() for _ in weights]
         return cls(rows, weights)
@@ -133,3 +137,13 @@ class DiffBatch:
         arrays = [pa.array(list(c)) for c in cols]
         arrays.append(pa.array(self.weights, type=pa.int64()))
         return pa.Table.from_arrays(arrays, names=[*column_names, weight_column])
+
+
+def _pylist(column: Any) -> list:
+    """An Arrow column as Python values; a float NaN is the shared ``NAN`` (``engine.dataflow.nan``)."""
+    import pyarrow as pa
+
+    values = column.to_pylist()
+    if pa.types.is_floating(column.type):
+        values = [NAN if v != v else v for v in values]
+    return values

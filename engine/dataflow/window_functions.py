@@ -6,7 +6,9 @@ ORDER BY, aggregates run over RANGE UNBOUNDED PRECEDING .. CURRENT ROW (a row se
 without ORDER BY the whole partition is one peer group, so they run over the whole partition.
 Result types follow Postgres: sum of no non-NULL value is NULL, count is an int, avg of ints or
 Decimals is a Decimal with Postgres' numeric division scale (``pg_numeric_div``), avg of floats is
-a float. Pure functions over lists: this module must not touch state or know about diffs.
+a float; min/max order NaN above every number and a NaN result is the shared NaN object
+(``engine.dataflow.nan``). Pure functions over lists: this module must not touch state or know
+about diffs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from decimal import localcontext
 from typing import Any
 
 from engine.dataflow.batch import Row
+from engine.dataflow.nan import canonical_value
 from engine.numeric import pg_numeric_div
 
 RANKING = ("row_number", "rank", "dense_rank")
@@ -118,10 +121,10 @@ def _running_aggregate(rows: Sequence[Row], groups: Groups, f: WindowFunction) -
                         total = v
                     elif kind in ("sum", "avg"):
                         total = total + v
-                    elif kind == "min":
-                        if v < total:
+                    elif kind == "min":  # NaN sorts above every number, as in Postgres
+                        if total != total or (v == v and v < total):
                             total = v
-                    elif kind == "max" and v > total:
+                    elif kind == "max" and (v != v or (total == total and v > total)):
                         total = v
                 if kind == "count":
                     value = count
@@ -134,5 +137,7 @@ def _running_aggregate(rows: Sequence[Row], groups: Groups, f: WindowFunction) -
                         value = pg_numeric_div(total, count)
                 else:
                     value = total
+                if value != value:  # NaN: the shared object, equal to the last output's
+                    value = canonical_value(value)
             out.extend([value] * (e - s))
     return out

@@ -7,7 +7,8 @@ SNAPSHOT`` when given, e.g. the one ``CdcReader.exported_snapshot()`` exported w
 yields ``DiffBatch.inserts`` of up to ``batch_rows`` rows. Values arrive exactly as the CDC
 decoder (``engine.postgres.values``) produces them: ``int``, ``Decimal``, ``float``, ``str``,
 ``bool``, ``date``, naive/UTC-aware ``datetime``, ``time``, ``timedelta`` (``real`` is read
-through its shortest text form, as pgoutput sends it, so 0.1::real reads as 0.1). Given a
+through its shortest text form, as pgoutput sends it, so 0.1::real reads as 0.1; a float or
+numeric NaN is the engine's one shared NaN object, ``engine.dataflow.nan``). Given a
 conninfo string, it opens and closes its own connection; given an idle connection, it runs its own
 transaction on it (restoring the connection's isolation settings afterwards); given a connection
 already inside a REPEATABLE READ transaction, it reads in that transaction and leaves it open.
@@ -29,14 +30,18 @@ transaction's ``pg_current_snapshot()`` (the caller then skips CDC transactions 
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable, Iterator
 from itertools import islice
+from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.pq import TransactionStatus
+from psycopg.adapt import Loader
+from psycopg.pq import Format, TransactionStatus
 
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
 from engine.postgres.cdc import PgSnapshot, current_snapshot
 from engine.postgres.sink import COPY_TYPES
@@ -49,6 +54,37 @@ Progress = Callable[[int, int | None], None]
 # gives them, i.e. timestamptz in UTC and real through its shortest round-trip text form.
 _LOCAL_SETTINGS = "SET LOCAL TIME ZONE 'UTC'; SET LOCAL extra_float_digits = 1"
 _SNAPSHOT_ISOLATION = ("repeatable read", "serializable")
+
+
+_unpack_float8 = struct.Struct("!d").unpack
+_NUMERIC_NAN_SIGN = b"\xc0\x00"  # binary numeric: ndigits, weight, sign (0xC000: NaN), dscale
+
+
+class _Float8Loader(Loader):
+    """Binary float8 whose NaN is the shared ``NAN`` (psycopg's loader makes a new one each time)."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> float:
+        (v,) = _unpack_float8(data)
+        return NAN if v != v else v
+
+
+class _NumericLoader(Loader):
+    """psycopg's binary numeric loader, but NaN is the shared ``NUMERIC_NAN``."""
+
+    format = Format.BINARY
+
+    def __init__(self, oid: int, context: Any = None) -> None:
+        super().__init__(oid, context)
+        base = psycopg.adapters.get_loader(oid, Format.BINARY)
+        assert base is not None
+        self._load = base(oid, context).load
+
+    def load(self, data: Any) -> Any:
+        if data[4:6] == _NUMERIC_NAN_SIGN:
+            return NUMERIC_NAN
+        return self._load(data)
 
 
 def _display(table: SourceTable) -> str:
@@ -118,6 +154,9 @@ def _copy_rows(
     query, types = _copy_query(table, columns, where_sql)
     try:
         with conn.cursor() as cur:
+            # NaN as the engine's one NaN object, as the CDC decoder gives it (values.parse_float)
+            cur.adapters.register_loader("float8", _Float8Loader)
+            cur.adapters.register_loader("numeric", _NumericLoader)
             cur.execute(_LOCAL_SETTINGS)
             estimate = _row_estimate(cur, table) if progress is not None else None
             done = 0

@@ -4,7 +4,8 @@ pgoutput sends column values in the type's text output format. ``parser_for(type
 one callable per type that turns those bytes into exactly what psycopg 3 would return when
 reading the same column (``int``, ``Decimal`` incl. NaN/Infinity, ``float`` incl. inf/nan,
 ``str``, ``bool``, ``date``, naive/aware ``datetime``, ``time``, ``timedelta`` for interval), so
-rows from CDC compare equal to rows read by a query. The decoder resolves one parser per column
+rows from CDC compare equal to rows read by a query; a float or numeric NaN is the engine's one
+shared NaN object (``engine.dataflow.nan``), so rows holding it compare equal. The decoder resolves one parser per column
 once per Relation message, never per value. The parsers assume the session settings the CDC
 reader forces on the decoding session (``DateStyle=ISO``, ``IntervalStyle=postgres``,
 ``TimeZone=UTC``, ``extra_float_digits>=1``); they must not consult a connection, and they raise
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.sql import types as sqltypes
 from engine.sql.types import SqlType
 
@@ -76,12 +78,18 @@ def parse_int(data: bytes) -> int:
 
 
 def parse_float(data: bytes) -> float:
-    """``float('Infinity')``/``float('NaN')`` work as they are: Postgres prints exactly those."""
+    """``float('Infinity')`` works as it is (Postgres prints exactly that); ``NaN`` is the shared
+    ``engine.dataflow.nan.NAN``, so that a NaN row's delete cancels its insert."""
+    if data == b"NaN":
+        return NAN
     return float(data)
 
 
 def parse_numeric(data: bytes) -> Decimal:
-    """``Decimal('NaN')``, ``Decimal('Infinity')`` and ``Decimal('-Infinity')`` included."""
+    """``Decimal('Infinity')`` and ``Decimal('-Infinity')`` included; ``NaN`` is the shared
+    ``engine.dataflow.nan.NUMERIC_NAN``."""
+    if data == b"NaN":
+        return NUMERIC_NAN
     try:
         return Decimal(_decode(data))
     except InvalidOperation:
@@ -211,8 +219,8 @@ _PARSERS: dict[int, Parser] = {
     TEXT: parse_text,
     OID: int,
     JSON: parse_json,
-    FLOAT4: float,
-    FLOAT8: float,
+    FLOAT4: parse_float,
+    FLOAT8: parse_float,
     BPCHAR: parse_bpchar,
     VARCHAR: parse_text,
     DATE: parse_date,

@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.nan import canonical_row, may_hold_nan
 from engine.postgres.cdc import CdcReader, Transaction
 
 NAME = "incview_cdc"
@@ -112,7 +113,12 @@ def transactions_from_rows(rows: Iterable[tuple[int, int, bytes]]) -> list[Trans
     """Reassemble ``transaction_rows`` output (in any order) into transactions, oldest first."""
     txs: dict[int, Transaction] = {}
     for _end, _seq, payload in sorted(rows, key=lambda r: (r[0], r[1])):
-        for part in pickle.loads(payload):
+        parts = pickle.loads(payload)
+        if may_hold_nan(payload):  # unpickled NaNs are new objects: back to the shared one
+            for part in parts:
+                for batch in part.changes.values():
+                    batch.rows = list(map(canonical_row, batch.rows))
+        for part in parts:
             tx = txs.get(part.end_lsn)
             if tx is None:
                 txs[part.end_lsn] = part

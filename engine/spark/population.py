@@ -9,10 +9,10 @@ or commit state: ``Engine`` does that, exactly as for the in-process population.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.nan import loads
 from engine.postgres.snapshot import SnapshotReader
 from engine.spark.snapshot_source import NAME, TableSlice, encode_plan
 from engine.sql.catalog import SourceTable
@@ -69,5 +69,5 @@ def read_sources(
         .load()
     )
     for row in df.toLocalIterator(prefetchPartitions=True):
-        rows = pickle.loads(row["payload"])
+        rows = loads(row["payload"])  # a NaN comes back as the shared NaN object
         yield row["table"], DiffBatch(rows, [1] * len(rows))

@@ -29,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from engine.dataflow.errs import EvalError
+from engine.dataflow.nan import NAN, NUMERIC_NAN, canonical_value
 from engine.errors import UnsupportedSQL
 from engine.sql import functions as F
 from engine.sql.parse import DIALECT
@@ -188,6 +189,41 @@ def _unsupported(node: exp.Expression, what: str, hint: str | None = None) -> Un
 _COMPARISONS = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _PG_OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}
 
+# Types whose values may be NaN, which Postgres orders above every number and equal to itself
+# (Python: unequal to everything, unordered; a Decimal NaN even raises on < and >).
+_NAN_KINDS = frozenset({TypeKind.DOUBLE, TypeKind.REAL, TypeKind.NUMERIC})
+# op -> the result when x or y is NaN (x != x: x is NaN); x and y are names, evaluated again
+_NAN_CASES = {
+    "==": "({x} != {x} and {y} != {y})",
+    "!=": "({x} == {x} or {y} == {y})",
+    "<": "({y} != {y} and {x} == {x})",
+    "<=": "({y} != {y})",
+    ">": "({x} != {x} and {y} == {y})",
+    ">=": "({x} != {x})",
+}
+
+
+def _nan_aware(
+    op: str, x: str, y: str, guarded: bool, xb: str | None = None, yb: str | None = None
+) -> str:
+    """``x op y`` with Postgres' NaN semantics; ``x``, ``y`` are names read several times, bound
+    by the code ``xb``, ``yb`` (``name := ...``) at their first evaluation when given.
+
+    Floats: the plain comparison, and only when it is false (true for !=) the NaN case, e.g.
+    ``(x < y or (y != y and x == x))``. ``guarded`` (a Decimal may be NaN): the NaN test comes
+    first, since ``Decimal('NaN') < 1`` raises.
+
+    >>> _nan_aware("<", "a", "b", False)
+    '(a < b or (b != b and a == a))'
+    """
+    xb, yb = xb or x, yb or y
+    nan_case = _NAN_CASES[op].format(x=x, y=y)
+    if guarded:  # & rather than and: both sides are evaluated (and bound) in order
+        return f"({x} {op} {y} if ({xb} == {x}) & ({yb} == {y}) else {nan_case})"
+    if op == "!=":
+        return f"({xb} != {yb} and ({x} == {x} or {y} == {y}))"
+    return f"({xb} {op} {yb} or {nan_case})"
+
 
 class _Compiler:
     def __init__(self, columns: list[ColumnRef]) -> None:
@@ -199,6 +235,8 @@ class _Compiler:
             "_localcontext": decimal.localcontext,
             "_NUMCTX": F.NUMERIC_CONTEXT,
             "_INF": float("inf"),
+            "_NAN": NAN,
+            "_NUMERIC_NAN": NUMERIC_NAN,
         }
         self._consts: dict[tuple[type, Any], str] = {}
         self._tmp = itertools.count()
@@ -219,6 +257,7 @@ class _Compiler:
         return name
 
     def literal(self, value: Any, type_: SqlType) -> _E:
+        value = canonical_value(value)  # a NaN constant is the shared NaN (engine.dataflow.nan)
         if value is None:
             code = "None"
         elif (
@@ -254,6 +293,13 @@ class _Compiler:
     def output(self, e: _E) -> _E:
         if e.type.kind is TypeKind.UNKNOWN:
             e = _E(e.code, TEXT, e.nullable, e.raises, e.value, e.simple)
+        if not e.simple and (e.type.is_float or e.type.kind is TypeKind.NUMERIC):
+            # arithmetic makes a new NaN object each time ('Infinity' - 'Infinity', NaN * 2):
+            # results carry the shared one, so rows holding NaN equal each other (and retract)
+            t = self.tmp()
+            shared = "_NAN" if e.type.is_float else "_NUMERIC_NAN"
+            code = f"({shared} if ({t} := {e.code}) != {t} else {t})"
+            e = _E(code, e.type, e.nullable, e.raises, e.value, e.simple)
         if isinstance(e.value, F.Interval):
             raise UnsupportedSQL(
                 f"an interval with months ({e.code}) cannot be a result value; "
@@ -668,7 +714,7 @@ class _Compiler:
             tests = [f"{x.code} is not None" for x in (a, b) if x.nullable]
             if not all(x.simple for x in (a, b) if x.nullable):
                 return None
-            cmp = f"{a.code} {_COMPARISONS[type(node)]} {b.code}"
+            cmp = self.compare_code(_COMPARISONS[type(node)], a, b, a.code, b.code)
             return "(" + " and ".join([*tests, cmp]) + ")"
         return None
 
@@ -713,18 +759,35 @@ class _Compiler:
     def _comparison(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
         op = _COMPARISONS[type(node)]
-        code, nullable = self.strict([a, b], lambda xs: f"{xs[0]} {op} {xs[1]}")
+        code, nullable = self.strict([a, b], lambda xs: self.compare_code(op, a, b, *xs))
         return _E(code, BOOLEAN, nullable, a.raises or b.raises)
+
+    def compare_code(self, op: str, a: _E, b: _E, x: str, y: str) -> str:
+        """Code of ``x op y`` for operands ``a``, ``b`` (whose code or names are ``x``, ``y``):
+        the plain Python comparison, or Postgres' NaN semantics when a side may be NaN."""
+        kinds = {a.type.kind, b.type.kind}
+        if not kinds & _NAN_KINDS:
+            return f"{x} {op} {y}"
+        xb = yb = None
+        if not x.isidentifier() and not (a.simple and x == a.code):
+            t = self.tmp()
+            x, xb = t, f"({t} := {x})"
+        if not y.isidentifier() and not (b.simple and y == b.code):
+            t = self.tmp()
+            y, yb = t, f"({t} := {y})"
+        return _nan_aware(op, x, y, TypeKind.NUMERIC in kinds, xb, yb)
 
     c_EQ = c_NEQ = c_LT = c_LTE = c_GT = c_GTE = _comparison
 
     def c_NullSafeEQ(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
-        return _E(f"({a.code} == {b.code})", BOOLEAN, False, a.raises or b.raises)
+        code = self.compare_code("==", a, b, a.code, b.code)  # None == None, NaN = NaN
+        return _E(f"({code})", BOOLEAN, False, a.raises or b.raises)
 
     def c_NullSafeNEQ(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
-        return _E(f"({a.code} != {b.code})", BOOLEAN, False, a.raises or b.raises)
+        code = self.compare_code("!=", a, b, a.code, b.code)
+        return _E(f"({code})", BOOLEAN, False, a.raises or b.raises)
 
     def c_Is(self, node: exp.Is) -> _E:
         a = self.compile(node.this)
@@ -764,7 +827,8 @@ class _Compiler:
             x, *items = (self._unpadded(e, node) for e in (x, *items))  # bpchar: see _compare
         unified, t = self.unify([x, *items], node, "IN", free=True)
         x, items = unified[0], unified[1:]
-        if all(i.is_const for i in items):
+        # a NaN constant: the comparisons below know NaN = NaN, a set lookup only the shared one
+        if all(i.is_const and i.value == i.value for i in items):
             values = [i.value for i in items]
             has_null = any(v is None for v in values)
             nonnull = [v for v in values if v is not None]
@@ -1213,13 +1277,14 @@ class _Compiler:
         if first.kind is t.kind:
             t = first  # the result is the first argument or NULL: its typmod survives
         n = self.tmp()
-        code = f"(None if ({n} := {a.code}) == {b.code} else {n})"
+        equal = self.compare_code("==", a, b, f"({n} := {a.code})", b.code)  # NaN = NaN
+        code = f"(None if {equal} else {n})"
         return _E(code, t, True, a.raises or b.raises)
 
     def _greatest_least(self, node: exp.Expression, fn: str) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
         args, t = self.unify(args, node, fn.upper())
-        if not any(a.nullable for a in args):
+        if not any(a.nullable for a in args) and t.kind not in _NAN_KINDS:
             return _E(
                 f"{'max' if fn == 'greatest' else 'min'}({', '.join(a.code for a in args)})",
                 t,

@@ -22,6 +22,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
 from engine.dataflow.errs import EvalError
+from engine.dataflow.nan import canonical_value
 from engine.numeric import pg_numeric_div
 
 NUMERIC_CONTEXT = decimal.Context(
@@ -539,13 +540,23 @@ def repeat(s: str, n: int) -> str:
 
 
 def greatest(*args):
+    """NULLs ignored; a NaN is greater than every number (Postgres' btree order)."""
     vals = [v for v in args if v is not None]
-    return max(vals) if vals else None
+    if not vals:
+        return None
+    for v in vals:
+        if v != v:
+            return canonical_value(v)
+    return max(vals)
 
 
 def least(*args):
+    """NULLs ignored; a NaN is greater than every number, so the least only when all are NaN."""
     vals = [v for v in args if v is not None]
-    return min(vals) if vals else None
+    numbers = [v for v in vals if v == v]
+    if numbers:
+        return min(numbers)
+    return canonical_value(vals[0]) if vals else None
 
 
 # --- dates, timestamps, intervals -------------------------------------------------------------

@@ -161,3 +161,26 @@ def test_concurrent_readers_of_one_slot_wait_for_each_other(pg_dsn, pg_conn, cdc
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_shipped_rows_keep_the_shared_nan(pg_dsn, pg_conn):
+    """Unpickling makes new NaN objects: the driver turns them back into the shared one."""
+    from engine.dataflow.nan import NAN, NUMERIC_NAN
+
+    pg_conn.execute(
+        "CREATE TABLE fl (id int, x double precision, n numeric);"
+        "ALTER TABLE fl REPLICA IDENTITY FULL"
+    )
+    r = CdcReader(pg_dsn, "test_src_nan", "test_src_nan_pub")
+    try:
+        r.ensure(["public.fl"])
+        pg_conn.execute("INSERT INTO fl VALUES (1, 'NaN', 'NaN'), (2, 1.5, 2)")
+        pg_conn.execute("UPDATE fl SET id = 1 WHERE id = 1")
+        r.flush_wal()
+        back = transactions_from_rows(transaction_rows(r.poll(1000), None))
+    finally:
+        r.drop()
+        r.close()
+    inserted = back[0].changes["public.fl"].rows
+    assert inserted[0][1] is NAN and inserted[0][2] is NUMERIC_NAN and inserted[1][1] == 1.5
+    assert not back[1].changes["public.fl"].consolidate()  # -old +new of an unchanged NaN row

@@ -13,6 +13,7 @@ import pickle
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import StatefulCollection
+from engine.dataflow.nan import loads
 from engine.dataflow.state.keycodec import encode_key
 
 
@@ -44,7 +45,7 @@ class DistinctCollection(StatefulCollection):
             if old is None:
                 rep, before = row, 0
             else:
-                rep, before = pickle.loads(old)
+                rep, before = loads(old)  # a NaN in rep is the shared NaN object
             after = before + dw
             if after > 0:
                 table.put(k, pickle.dumps((rep, after), 5))

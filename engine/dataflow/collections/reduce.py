@@ -28,11 +28,12 @@ from engine.dataflow import aggregates as A
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import StatefulCollection
+from engine.dataflow.nan import loads
 from engine.dataflow.state.keycodec import encode_key, encode_sortable, encode_sortable_value
 
 _GROUP = b"G"
 _dumps = pickle.dumps
-_loads = pickle.loads
+_loads = loads  # NaN values come back as the shared NaN objects (engine.dataflow.nan)
 _SUM_KINDS = frozenset({"sum", "avg"})
 _COUNT_KINDS = frozenset({"count_star", "count"})
 _BOOL_KINDS = frozenset({"bool_and", "bool_or"})

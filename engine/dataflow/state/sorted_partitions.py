@@ -16,7 +16,8 @@ rather than ``encode_exact`` on purpose: ``DiffBatch`` consolidates Python-equal
 insert; keying the multiset by equality class keeps every count exact (the stored row is one
 representative). A time's delta is applied by merging its sorted changes into the committed scan
 (``merged``), never by writing first: reads see committed state, ``stage`` writes. This module must
-not know what is computed over the rows and never emits output; rows are decoded from values only.
+not know what is computed over the rows and never emits output; rows are decoded from values only
+(with ``engine.dataflow.nan.loads``: a NaN comes back as the shared NaN object).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 
 from engine.dataflow.batch import DiffBatch, Row
+from engine.dataflow.nan import loads
 from engine.dataflow.state.keycodec import encode_key, encode_sortable
 from engine.dataflow.state.store import StateTable
 
 #: (key, row, count, peer): ``peer`` is S, equal for rows that tie on every ORDER BY column
 Entry = tuple[bytes, Row, int, bytes]
 
-_loads = pickle.loads
+_loads = loads  # NaN values come back as the shared NaN objects (engine.dataflow.nan)
 _dumps = pickle.dumps
 _first = itemgetter(0)
 
@@ -121,10 +123,23 @@ class SortedPartitions:
             prefixes.append(prefix)
             sorts.append(s)
             keys.append(prefix + s + encode_key(row))
+        rows, weights = delta.rows, delta.weights
+        if len(set(keys)) != len(keys):
+            # SQL-equal rows that Python equality keeps apart (a NaN other than the shared one,
+            # engine.dataflow.nan): one change per entry, its weights summed
+            merged: dict[bytes, list] = {}
+            for prefix, s, key, row, w in zip(prefixes, sorts, keys, rows, weights, strict=True):
+                e = merged.get(key)
+                if e is None:
+                    merged[key] = [prefix, s, row, w]
+                else:
+                    e[3] += w
+            keys = list(merged)
+            prefixes, sorts, rows, weights = (list(c) for c in zip(*merged.values(), strict=True))
         olds = self.table.get_many(keys)
         out: dict[bytes, list[Entry]] = defaultdict(list)
         for prefix, s, key, row, w, old in zip(
-            prefixes, sorts, keys, delta.rows, delta.weights, olds, strict=True
+            prefixes, sorts, keys, rows, weights, olds, strict=True
         ):
             if old is not None:
                 old_row, old_count, _ = _loads(old)
