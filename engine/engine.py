@@ -222,21 +222,46 @@ class Engine:
         self.trigger_ms = trigger_ms
         self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
-        if dsn is None:
-            from engine.postgres.embedded import EmbeddedPostgres
-
-            self.embedded = EmbeddedPostgres(Path(state_dir) / "postgres").start()
-            dsn = self.embedded.dsn
-        self.dsn = dsn
-        self.runner = runner
-        self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.sink_conn = psycopg.connect(dsn, autocommit=True)
-        self.catalog = ViewCatalog.open(self.conn)
-        self.sources = PostgresCatalog(self.conn)
         self.views: dict[str, _View] = {}
-        self._open_views()
+        try:
+            if dsn is None:
+                from engine.postgres.embedded import EmbeddedPostgres
+
+                self.embedded = EmbeddedPostgres(Path(state_dir) / "postgres")
+                self.embedded.start()
+                dsn = self.embedded.dsn
+            self.dsn = dsn
+            self.runner = runner
+            self.state_dir = Path(state_dir)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.conn = psycopg.connect(dsn, autocommit=True)
+            self.sink_conn = psycopg.connect(dsn, autocommit=True)
+            self.catalog = ViewCatalog.open(self.conn)
+            self.sources = PostgresCatalog(self.conn)
+            self._open_views()
+        except BaseException:
+            # Undo what was opened, best effort (the original error is what the caller sees):
+            # the slot keeper's thread, views' state stores, CDC readers, connections; then the
+            # embedded server, stopped if this Engine started it (release() needs our sessions
+            # closed first: it stops only a server nobody else is connected to).
+            opened = self.__dict__
+            undo = []
+            if "_slot_keeper" in opened:
+                undo.append(self._slot_keeper.stop)
+            undo += [view.close for view in self.views.values()]
+            undo += [opened[n].close for n in ("reader", "_advancer") if n in opened]
+            if "_advance_catalog" in opened:
+                undo.append(self._advance_catalog.conn.close)
+            undo += [opened[n].close for n in ("conn", "sink_conn") if n in opened]
+            if self.embedded is not None:
+                undo.append(self.embedded.release)
+            for step in undo:
+                try:
+                    step()
+                except Exception as e:
+                    log.warning("cleaning up after a failed Engine start: %s", e)
+            self.views.clear()
+            raise
 
     def _open_views(self) -> None:
         """Open every view of the catalog and the shared CDC reader; finish re-populations that

@@ -109,6 +109,34 @@ def test_a_running_server_is_reused_and_not_stopped_by_a_borrower(tmp_path, serv
     assert not _running(state / "postgres")
 
 
+def test_a_failed_engine_start_stops_the_server_it_started(tmp_path, servers, monkeypatch):
+    state = tmp_path / "state"
+    servers.append(state / "postgres")
+    started: list[EmbeddedPostgres] = []
+    real_start = EmbeddedPostgres.start
+
+    def start(self):
+        started.append(self)
+        return real_start(self)
+
+    def broken_open(conn):
+        raise RuntimeError("catalog unavailable")
+
+    monkeypatch.setattr(EmbeddedPostgres, "start", start)
+    monkeypatch.setattr("engine.engine.ViewCatalog.open", broken_open)
+    with pytest.raises(RuntimeError, match="catalog unavailable"):
+        Engine(dsn=None, state_dir=state, runner="local")
+    assert len(started) == 1 and started[0].port is not None  # it did start the server
+    assert not _running(state / "postgres"), "a failed __init__ must stop the server it started"
+
+    # a server it did not start (already running) stays up
+    owner = real_start(EmbeddedPostgres(state / "postgres"))
+    with pytest.raises(RuntimeError, match="catalog unavailable"):
+        Engine(dsn=None, state_dir=state, runner="local")
+    assert _running(state / "postgres")
+    assert owner.release()
+
+
 def test_last_client_out_stops_a_handed_over_server(tmp_path, servers):
     state = tmp_path / "state"
     servers.append(state / "postgres")
