@@ -16,8 +16,6 @@ import pickle
 from collections import Counter
 from decimal import Decimal
 
-import pytest
-
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.distinct import DistinctCollection
@@ -269,11 +267,6 @@ def test_join_on_a_float_key_under_sql_equality(state_dir):
     assert not total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="join arrangements (engine/dataflow/state/arrangement.py) unpickle rows with "
-    "pickle.loads, so a NaN read back from join state is a new object; nan.loads fixes it",
-)
 def test_join_output_carries_the_shared_nan(state_dir):
     accumulate(run_reopening(join, join_changes(), state_dir))
 

@@ -11,7 +11,6 @@ where NaN = NaN). Runs in about 3 s (runner="local").
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from engine.engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
@@ -78,11 +77,5 @@ def test_nan_rows_update_and_delete_like_postgres(pg_dsn, tmp_path):
         assert conn.execute("SELECT count(*) FROM by_x WHERE x = 'NaN'").fetchone()[0] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="join arrangements (engine/dataflow/state/arrangement.py) unpickle rows with "
-    "pickle.loads: a NaN read back from join state is a new object, so equal result rows stay "
-    "apart in the sink's consolidation; engine.dataflow.nan.loads fixes it",
-)
 def test_nan_join_with_duplicate_result_rows(pg_dsn, tmp_path):
     run_steps(pg_dsn, tmp_path / "state", JOIN_DUPLICATES)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import Collection
+from engine.dataflow.nan import loads
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import ScratchTable, StateStore
 
@@ -53,7 +54,7 @@ class ConsolidateCollection(Collection):
         deletes: list[bytes] = []
         for (k, r, w), prev in zip(items, old, strict=True):
             if prev is not None:
-                w += pickle.loads(prev)[1]
+                w += loads(prev)[1]
             if w:
                 puts[k] = pickle.dumps((r, w))
             elif prev is not None:
@@ -70,7 +71,7 @@ class ConsolidateCollection(Collection):
         self._spill_out()
         rows, weights = [], []
         for _, v in self._spill.items():
-            r, w = pickle.loads(v)
+            r, w = loads(v)  # NaN comes back as the shared NaN (engine.dataflow.nan)
             rows.append(r)
             weights.append(w)
         self._spill.close()

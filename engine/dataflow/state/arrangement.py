@@ -45,6 +45,7 @@ from operator import itemgetter, ne
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.errs import BatchFn, evaluate
+from engine.dataflow.nan import loads as nan_loads
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import StateTable
 
@@ -62,7 +63,7 @@ HOT_ROWS = 32
 COLD_ROWS = 8
 
 _dumps = pickle.dumps
-_loads = pickle.loads
+_loads = nan_loads  # pickle.loads, with the engine's one NaN put back (engine.dataflow.nan)
 _PROTOCOL = 5
 _NONE_TYPE = type(None)
 _EMPTY: list = []
