@@ -1,7 +1,8 @@
 """The planner's ``Catalog`` backed by Postgres' own catalog: source tables and their columns.
 
 ``PostgresCatalog.lookup(schema, name)`` reads columns (``format_type``), NOT NULL flags, a row
-estimate (``pg_class.reltuples``) and the replica identity of ordinary tables, resolving
+estimate (``pg_class.reltuples``), per-column distinct-value estimates (``pg_stats``, for join
+ordering) and the replica identity of ordinary tables, resolving
 unqualified names through ``public`` (the planner's rule). Unknown tables give ``None``; a column
 of a type incview cannot carry raises ``ViewError`` naming table, column and type. Only reads.
 """
@@ -14,12 +15,16 @@ from engine.errors import ViewError
 from engine.sql.catalog import SourceColumn, SourceTable
 from engine.sql.types import from_pg_name
 
+# n_distinct (pg_stats, after ANALYZE): > 0 a count, < 0 minus a fraction of the rows
 _QUERY = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-       c.reltuples::bigint, c.relreplident, c.relkind
+       c.reltuples::bigint, c.relreplident, c.relkind, st.n_distinct
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_stats st
+  ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = a.attname
+  AND NOT st.inherited
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY a.attnum
 """
@@ -39,7 +44,8 @@ class PostgresCatalog:
         if not rows:
             return None
         columns = []
-        for attname, type_name, notnull, *_ in rows:
+        reltuples = rows[0][3]
+        for attname, type_name, notnull, _rt, _ri, _rk, n_distinct in rows:
             try:
                 t = from_pg_name(type_name)
             except ValueError:
@@ -47,11 +53,20 @@ class PostgresCatalog:
                     f"column {schema}.{name}.{attname} has type {type_name}, which incview cannot "
                     f"maintain yet; leave the column out of the view or cast it in a source view"
                 ) from None
-            columns.append(SourceColumn(attname, t, not notnull))
-        reltuples, replident, relkind = rows[0][3], rows[0][4], rows[0][5]
+            columns.append(SourceColumn(attname, t, not notnull, _distinct(n_distinct, reltuples)))
+        replident, relkind = rows[0][4], rows[0][5]
         qualified = f"{schema}.{name}"
         self.replica_identity[qualified] = REPLICA_IDENTITY.get(replident, replident)
         self.kinds[qualified] = relkind
         return SourceTable(
             schema, name, tuple(columns), reltuples if reltuples and reltuples > 0 else None
         )
+
+
+def _distinct(n_distinct: float | None, reltuples: int | None) -> float | None:
+    """pg_stats' ``n_distinct`` as a count (a negative value is minus a fraction of the rows)."""
+    if n_distinct is None or n_distinct == 0:
+        return None
+    if n_distinct > 0:
+        return float(n_distinct)
+    return -float(n_distinct) * reltuples if reltuples and reltuples > 0 else None

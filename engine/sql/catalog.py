@@ -20,6 +20,7 @@ class SourceColumn:
     name: str
     type: SqlType
     nullable: bool = True
+    distinct: float | None = None  # estimated number of distinct values (join ordering), if known
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class Catalog(Protocol):
 class DictCatalog:
     """A catalog from a mapping ``{"table" or "schema.table": {"column": "type name", ...}}``.
 
-    A type name may end in `` not null``. ``row_estimates`` optionally maps table -> row count.
+    A type name may end in `` not null``. ``row_estimates`` optionally maps table -> row count,
+    ``distinct_estimates`` ``"table.column"`` -> number of distinct values.
 
     >>> c = DictCatalog({"orders": {"id": "int not null", "amount": "numeric(10,2)"}})
     >>> [col.name for col in c.lookup(None, "orders").columns]
@@ -54,9 +56,11 @@ class DictCatalog:
         self,
         tables: Mapping[str, Mapping[str, str]],
         row_estimates: Mapping[str, int] | None = None,
+        distinct_estimates: Mapping[str, float] | None = None,
     ) -> None:
         self._tables: dict[tuple[str, str], SourceTable] = {}
         estimates = dict(row_estimates or {})
+        distinct = dict(distinct_estimates or {})
         for qualified, cols in tables.items():
             schema, _, name = qualified.rpartition(".")
             schema = schema or "public"
@@ -66,7 +70,14 @@ class DictCatalog:
                 not_null = t.lower().endswith(" not null")
                 if not_null:
                     t = t[: -len(" not null")]
-                columns.append(SourceColumn(col, from_pg_name(t), not not_null))
+                columns.append(
+                    SourceColumn(
+                        col,
+                        from_pg_name(t),
+                        not not_null,
+                        distinct.get(f"{qualified}.{col}", distinct.get(f"{name}.{col}")),
+                    )
+                )
             est = estimates.get(qualified, estimates.get(name))
             self._tables[(schema, name)] = SourceTable(schema, name, tuple(columns), est)
 

@@ -95,7 +95,8 @@ def _list(exprs) -> str:
 class Scan(LogicalPlan):
     """A source table. ``projection``: positions of the table's columns actually read (None: all);
     ``filters``: predicates pushed into the population scan (in terms of the table's columns);
-    ``row_estimate``: the catalog's row count when known (join ordering statistics)."""
+    ``row_estimate``: the catalog's row count when known, ``column_distinct``: per table field,
+    its estimated number of distinct values when known (join ordering statistics)."""
 
     schema: str
     table: str
@@ -103,6 +104,7 @@ class Scan(LogicalPlan):
     projection: tuple[int, ...] | None = None
     filters: tuple[exp.Expression, ...] = ()
     row_estimate: int | None = None
+    column_distinct: tuple[float | None, ...] = ()
 
     @property
     def fields(self) -> tuple[Field, ...]:  # type: ignore[override]

@@ -394,7 +394,14 @@ class _Builder:
             assert src is not None  # checked in _resolve_tables
             fields = tuple(Field(src.name, c.name, c.type, c.nullable) for c in src.columns)
             return lp.SubqueryAlias(
-                lp.Scan(src.schema, src.name, fields, row_estimate=src.row_estimate), alias
+                lp.Scan(
+                    src.schema,
+                    src.name,
+                    fields,
+                    row_estimate=src.row_estimate,
+                    column_distinct=tuple(c.distinct for c in src.columns),
+                ),
+                alias,
             )
         if isinstance(node, exp.Subquery):
             inner = self.query(node.this, None)

@@ -48,11 +48,42 @@ CATALOG = DictCatalog(
         "t1": {"a": "int", "b": "int", "c": "text"},
         "t2": {"a": "int", "d": "int"},
         "t3": {"k": "int not null", "v": "int"},
+        # a TPC-H-like snowflake, with distinct-value statistics (order_joins)
+        "region": {"r_regionkey": "int", "r_name": "text"},
+        "nation": {"n_nationkey": "int", "n_regionkey": "int", "n_name": "text"},
+        "supplier": {"s_suppkey": "int", "s_nationkey": "int"},
+        "customer": {"c_custkey": "int", "c_nationkey": "int"},
+        "orders": {"o_orderkey": "int", "o_custkey": "int"},
+        "lineitem": {"l_orderkey": "int", "l_suppkey": "int", "l_price": "numeric"},
     },
-    row_estimates={"t1": 100_000, "t2": 50, "t3": 1_000},
+    row_estimates=(
+        ESTIMATES := {
+            "t1": 100_000,
+            "t2": 50,
+            "t3": 1_000,
+            "region": 5,
+            "nation": 25,
+            "supplier": 1_000,
+            "customer": 15_000,
+            "orders": 150_000,
+            "lineitem": 600_000,
+        }
+    ),  # fmt: skip
+    distinct_estimates={
+        "region.r_regionkey": 5,
+        "nation.n_nationkey": 25,
+        "nation.n_regionkey": 5,
+        "supplier.s_suppkey": 1_000,
+        "supplier.s_nationkey": 25,
+        "customer.c_custkey": 15_000,
+        "customer.c_nationkey": 25,
+        "orders.o_orderkey": 150_000,
+        "orders.o_custkey": 10_000,
+        "lineitem.l_orderkey": 150_000,
+        "lineitem.l_suppkey": 1_000,
+    },
 )
 # the catalog's row estimates reach the plan through Scan.row_estimate
-ESTIMATES = {"t1": 100_000, "t2": 50, "t3": 1_000}
 
 
 def with_row_estimates(plan: LogicalPlan) -> LogicalPlan:
