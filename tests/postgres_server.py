@@ -18,6 +18,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 import uuid
 
 import psycopg
@@ -117,12 +118,27 @@ class PostgresServer:
 
     def drop_database(self, name: str) -> None:
         with self.connect(autocommit=True) as conn:
-            # slots pin a database: drop the ones a test left behind
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE database = %s AND NOT active",
-                (name,),
-            )
+            # slots pin a database (and their names are cluster-wide): drop the ones a test left
+            # behind, ending first a backend that still holds one (a SIGKILLed client's backend
+            # may not have noticed yet)
+            deadline = time.monotonic() + 30
+            while True:
+                conn.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE database = %s AND active",
+                    (name,),
+                )
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE database = %s AND NOT active",
+                    (name,),
+                )
+                left = conn.execute(
+                    "SELECT count(*) FROM pg_replication_slots WHERE database = %s", (name,)
+                ).fetchone()[0]
+                if not left or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def stop(self) -> None:
