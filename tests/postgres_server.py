@@ -20,6 +20,7 @@ import stat
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 
 import psycopg
 
@@ -115,6 +116,27 @@ class PostgresServer:
                 "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0 STRATEGY FILE_COPY"
             )
         return name
+
+    @contextlib.contextmanager
+    def database_with_table(
+        self, prefix: str, columns: list[tuple[str, str]], rows: list[tuple]
+    ) -> Iterator[psycopg.Connection]:
+        """A fresh database holding ``t (id int PRIMARY KEY, <columns>)`` with ``rows`` (ids
+        0, 1, ... in order): an autocommit connection to it, the database dropped afterwards."""
+        name = self.create_database(prefix)
+        try:
+            with self.connect(name, autocommit=True) as conn:
+                cols = ", ".join(f"{n} {t}" for n, t in columns)
+                conn.execute(f"CREATE TABLE t (id int PRIMARY KEY, {cols})")
+                placeholders = ", ".join(["%s"] * (len(columns) + 1))
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO t VALUES ({placeholders})",
+                        [(i, *r) for i, r in enumerate(rows)],
+                    )
+                yield conn
+        finally:
+            self.drop_database(name)
 
     def drop_database(self, name: str) -> None:
         with self.connect(autocommit=True) as conn:

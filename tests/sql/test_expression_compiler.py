@@ -187,19 +187,8 @@ _OIDS = {
 
 @pytest.fixture(scope="module")
 def oracle(pg_server):
-    name = pg_server.create_database("exprs")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            cols = ", ".join(f"{n} {t}" for n, t in COLUMNS)
-            conn.execute(f"CREATE TABLE t (id int PRIMARY KEY, {cols})")
-            with conn.cursor() as cur:
-                placeholders = ", ".join(["%s"] * (len(COLUMNS) + 1))
-                cur.executemany(
-                    f"INSERT INTO t VALUES ({placeholders})", [(i, *r) for i, r in enumerate(ROWS)]
-                )
-            yield conn
-    finally:
-        pg_server.drop_database(name)
+    with pg_server.database_with_table("exprs", COLUMNS, ROWS) as conn:
+        yield conn
 
 
 def _pg_eval(conn, sql: str) -> tuple[TypeKind, list]:

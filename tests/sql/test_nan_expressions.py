@@ -14,7 +14,6 @@ import itertools
 import math
 from decimal import Decimal
 
-import psycopg
 import pytest
 
 from engine.dataflow.nan import NAN, NUMERIC_NAN
@@ -56,19 +55,8 @@ VALUES = [
 
 @pytest.fixture(scope="module")
 def conn(pg_server):
-    name = pg_server.create_database("nanexprs")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as c:
-            cols = ", ".join(f"{n} {t}" for n, t in COLUMNS)
-            c.execute(f"CREATE TABLE t (id int PRIMARY KEY, {cols})")
-            with c.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO t VALUES (%s, %s, %s, %s, %s)",
-                    [(i, *r) for i, r in enumerate(ROWS)],
-                )
-            yield c
-    finally:
-        pg_server.drop_database(name)
+    with pg_server.database_with_table("nanexprs", COLUMNS, ROWS) as c:
+        yield c
 
 
 def postgres(conn, sql: str) -> list:
