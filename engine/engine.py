@@ -478,13 +478,7 @@ class Engine:
             while True:
                 txs = self.reader.poll(_POLL_CHANGES)
                 if txs:
-                    try:
-                        self._apply(txs)
-                    except BaseException:
-                        # a view that failed (its sink, say) kept its state before this batch:
-                        # the next catch_up reads the batch again (views that applied it skip it)
-                        self.reader.rewind(min(v.state_time for v in self.views.values()))
-                        raise
+                    self._apply(txs, self.views.values())
                 if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
                     if not self._downstream_dirty:
                         return
@@ -647,21 +641,23 @@ class Engine:
         """One poll of the slot applied to ``running`` (runner local's streaming loop)."""
         txs = self.reader.poll(_POLL_CHANGES)
         if txs:
-            end = txs[-1].end_lsn
-            try:
-                for view in running:
-                    self._apply_view(view, txs, end)
-            except BaseException:
-                self.reader.rewind(min(v.state_time for v in running))  # read it again later
-                raise
+            self._apply(txs, running)
             self._slot_keeper.request()
 
-    def _apply(self, txs: list[Transaction]) -> None:
+    def _apply(self, txs: list[Transaction], views: Iterable[_View]) -> None:
+        """One polled batch to ``views``. If a view fails (its sink, say), it kept its state
+        before the batch: the reader is rewound so the batch is read again next time (views
+        that applied it skip it), then the error is raised."""
         end = txs[-1].end_lsn
+        views = list(views)
         downstream = self._inputs_of_all()
-        for view in self.views.values():
-            if self._apply_view(view, txs, end) and view.result_name in downstream:
-                self._downstream_dirty = True
+        try:
+            for view in views:
+                if self._apply_view(view, txs, end) and view.result_name in downstream:
+                    self._downstream_dirty = True
+        except BaseException:
+            self.reader.rewind(min(v.state_time for v in views))
+            raise
 
     def _apply_view(self, view: _View, txs: list[Transaction], end: int) -> bool:
         """Apply the transactions of ``txs`` the view has not applied yet, as one time ``end``.
