@@ -8,12 +8,19 @@ batch, and two ratios against recomputing the operator over the full input:
     the floor for any recompute in Python.
 
     python -m bench.dataflow [--rows 1000000] [--batch 10000] [--batches 20]
+                             [--lineitem-rows 6000000] [--json]
+
+(d) is ``bench.lineitem_group_by``: GROUP BY count/sum/avg over lineitem-shaped state, the row
+reduce and the columnar reduce side by side, with the process RSS at 1M and at all rows.
+``--json`` prints one JSON object (pipeline -> diffs_per_s, plus rss_mb) and writes it to
+bench/results/dataflow.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
 import statistics
 import tempfile
@@ -21,6 +28,7 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+from bench import lineitem_group_by
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.filter import FilterCollection
@@ -67,8 +75,12 @@ def load(p: Pipeline, rows_by_input: dict[str, list[tuple]], chunk: int = 100_00
     return time.perf_counter() - start
 
 
+FIGURES: dict[str, float] = {}
+
+
 def report(title: str, times: list[float], batch: int, scratch_s: float, python_s: float) -> None:
     med = statistics.median(times)
+    FIGURES[title.split(")")[0].strip("(")] = batch / med
     print(f"\n== {title}")
     print(f"  update batches: {len(times)} x {fmt(batch)} diffs, median {med * 1000:.1f} ms/batch")
     print(f"  throughput:     {fmt(batch / med)} diffs/s")
@@ -99,6 +111,7 @@ def bench_filter_map(rows: int, batch: int, batches: int, rng: random.Random) ->
             times.append(dt)
         p.close()
     med = statistics.median(times)
+    FIGURES["a"] = batch / med
     print("\n== (a) filter + map (fused, stateless)")
     print(
         f"  {len(times)} batches x {fmt(batch)} diffs, median {med * 1000:.1f} ms -> {fmt(batch / med)} diffs/s"
@@ -207,7 +220,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--only", choices=["filter_map", "join", "group_by"])
+    ap.add_argument("--only", choices=["filter_map", "join", "group_by", "lineitem"])
+    ap.add_argument("--lineitem-rows", type=int, default=6_000_000)
+    ap.add_argument("--json", action="store_true", help="print and save the figures as JSON")
     ap.add_argument("--cache-mb", type=int, default=256, help="RocksDB block cache per view")
     args = ap.parse_args()
     Pipeline.cache_bytes = args.cache_mb << 20
@@ -221,6 +236,26 @@ def main() -> None:
         bench_join(args.rows, args.batch, args.batches, rng)
     if args.only in (None, "group_by"):
         bench_group_by(args.rows, args.batch, args.batches, rng)
+    result: dict = {}
+    if args.only in (None, "lineitem"):
+        li = lineitem_group_by.bench(args.lineitem_rows, args.batch, args.batches)
+        for shape, paths in li.items():
+            for kind, r in paths.items():
+                result[f"group_by_count_sum_avg_{shape}_{kind}"] = r["diffs_per_s"]
+        many = li["q18_by_orderkey"]["columnar"]
+        result["rss_mb"] = {
+            "at_1M_rows": many["rss_mb_at_1M"],
+            f"at_{args.lineitem_rows}_rows": many["rss_mb_at_all"],
+        }
+    names = {"a": "filter_map", "b": "inner_join_row", "c": "group_by_sum_min_max_count_row"}
+    for key, value in FIGURES.items():
+        result[names.get(key, key)] = value
+    if args.json:
+        result["settings"] = vars(args)
+        text = json.dumps(result, indent=2, sort_keys=True)
+        print(text)
+        out = Path(__file__).parent / "results" / "dataflow.json"
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Batches of diffs as Z-sets: rows (tuples) with integer weights.
 
 A ``DiffBatch`` is two parallel lists, ``rows`` and ``weights``: +1 inserts a row, -1 deletes it,
-an UPDATE is -old +new. Consolidation sums the weights per row and drops zeros (DBSP's Z-set
+an UPDATE is -old +new; or the same diffs as Arrow columns and an int64 weight array, made by the
+columnar collections (``engine.dataflow.columnar``), and turned into rows only when a row-wise
+consumer reads ``rows``. Consolidation sums the weights per row and drops zeros (DBSP's Z-set
 normal form). Operations run over whole lists with C-level builtins (``zip``, ``compress``, dict
 updates) so a batch of 100k diffs costs no per-row Python beyond one dict operation.
 
@@ -14,7 +16,6 @@ know about plans or state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
@@ -23,12 +24,81 @@ from engine.dataflow.nan import NAN
 Row = tuple
 
 
-@dataclass(slots=True)
 class DiffBatch:
-    """A Z-set batch: ``rows[i]`` carries weight ``weights[i]`` (may repeat rows until consolidated)."""
+    """A Z-set batch: ``rows[i]`` carries weight ``weights[i]`` (may repeat rows until consolidated).
 
-    rows: list[Row] = field(default_factory=list)
-    weights: list[int] = field(default_factory=list)
+    A batch holds its diffs as tuple rows, or as Arrow columns (``columns``: one array per
+    column, ``column_weights``: an int64 numpy array) when a columnar collection made it; each
+    form is built from the other on first use, so row-wise collections read any batch and
+    columnar ones pass columns on without a per-row conversion.
+    """
+
+    __slots__ = ("_rows", "_weights", "_columns", "_cweights")
+
+    def __init__(self, rows: list[Row] | None = None, weights: list[int] | None = None) -> None:
+        self._rows: list[Row] | None = [] if rows is None else rows
+        self._weights: list[int] | None = [] if weights is None else weights
+        self._columns: list[Any] | None = None
+        self._cweights: Any = None
+
+    @classmethod
+    def from_columns(cls, columns: list[Any], weights: Any) -> DiffBatch:
+        """A batch of Arrow ``columns`` (equal lengths) with int64 numpy ``weights``."""
+        b = cls.__new__(cls)
+        b._rows = b._weights = None
+        b._columns, b._cweights = list(columns), weights
+        return b
+
+    # -- the two forms ------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[Row]:
+        if self._rows is None:
+            from engine.dataflow.columnar.arrow_types import to_python
+
+            cols = [to_python(c) for c in self._columns]
+            n = len(self._cweights)
+            self._rows = list(zip(*cols, strict=True)) if cols else [()] * n
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: list[Row]) -> None:
+        self.weights  # noqa: B018 (keep the weights before dropping the columns)
+        self._rows, self._columns, self._cweights = rows, None, None
+
+    @property
+    def weights(self) -> list[int]:
+        if self._weights is None:
+            self._weights = self._cweights.tolist()
+        return self._weights
+
+    @weights.setter
+    def weights(self, weights: list[int]) -> None:
+        self.rows  # noqa: B018
+        self._weights, self._columns, self._cweights = weights, None, None
+
+    @property
+    def columns(self) -> list[Any] | None:
+        """The Arrow columns, if the batch was made of columns (else None)."""
+        return self._columns
+
+    @property
+    def column_weights(self) -> Any:
+        """The weights as an int64 numpy array (columnar batches; else built from the list)."""
+        if self._cweights is None:
+            import numpy as np
+
+            return np.asarray(self.weights, dtype=np.int64)
+        return self._cweights
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DiffBatch):
+            return NotImplemented
+        return self.rows == other.rows and self.weights == other.weights
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"DiffBatch(rows={self.rows!r}, weights={self.weights!r})"
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -58,6 +128,13 @@ class DiffBatch:
 
     @classmethod
     def concat(cls, batches: Iterable[DiffBatch]) -> DiffBatch:
+        batches = [b for b in batches if len(b)]
+        if batches and all(b._columns is not None and b._rows is None for b in batches):
+            from engine.dataflow.columnar.kernels import concat_columns
+
+            joined = concat_columns([b._columns for b in batches], [b._cweights for b in batches])
+            if joined is not None:
+                return cls.from_columns(*joined)
         rows: list[Row] = []
         weights: list[int] = []
         for b in batches:
@@ -67,10 +144,12 @@ class DiffBatch:
 
     # -- inspection ---------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.rows)
+        if self._rows is not None:
+            return len(self._rows)
+        return len(self._cweights)
 
     def __bool__(self) -> bool:
-        return bool(self.rows)
+        return len(self) > 0
 
     def __iter__(self) -> Iterator[tuple[Row, int]]:
         return zip(self.rows, self.weights, strict=True)
@@ -86,6 +165,10 @@ class DiffBatch:
     # -- Z-set algebra ------------------------------------------------------------------------
     def consolidate(self) -> DiffBatch:
         """Sum weights per row and drop rows whose weight is zero."""
+        if self._rows is None:
+            from engine.dataflow.columnar.kernels import consolidate_columns
+
+            return DiffBatch.from_columns(*consolidate_columns(self._columns, self._cweights))
         if len(self.rows) <= 1:
             if self.weights and self.weights[0] == 0:
                 return DiffBatch()
@@ -93,6 +176,8 @@ class DiffBatch:
         return DiffBatch.from_counts(self.counts())
 
     def negate(self) -> DiffBatch:
+        if self._rows is None:
+            return DiffBatch.from_columns(self._columns, -self._cweights)
         return DiffBatch(list(self.rows), [-w for w in self.weights])
 
     def filter_mask(self, mask: Sequence[Any]) -> DiffBatch:

@@ -222,7 +222,11 @@ class Dataflow:
             self.store.rollback()
         if self._uncommitted is not None:
             self._last_time = self.store.committed_time if self.store is not None else None
+            for node in self._nodes:  # the aborted time is processed again when replayed
+                node.done = _earlier(node.done, self._last_time)
+                node.frontier = [_earlier(f, self._last_time) for f in node.frontier]
         self._uncommitted = None
+        self._errs_delta = []
 
     @property
     def committed_time(self) -> int | None:
@@ -307,3 +311,10 @@ class Dataflow:
         assert self._output is not None
         show(self._output, 0)
         return "\n".join(lines)
+
+
+def _earlier(t: int | None, limit: int | None) -> int | None:
+    """``t`` capped at ``limit`` (None: nothing closed yet)."""
+    if t is None or limit is None:
+        return None if limit is None else t
+    return min(t, limit)

@@ -20,6 +20,8 @@ from sqlglot import exp
 
 from engine.dataflow.aggregates import Aggregate as AggregateSpec
 from engine.dataflow.collections.anti_join import AntiJoinCollection
+from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
+from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.collections.constant import ConstantCollection
 from engine.dataflow.collections.cross_join import CrossJoinCollection
 from engine.dataflow.collections.distinct import DistinctCollection
@@ -33,6 +35,7 @@ from engine.dataflow.collections.set_operation import SetOperationCollection
 from engine.dataflow.collections.top_k import TopKCollection
 from engine.dataflow.collections.union import UnionCollection
 from engine.dataflow.collections.window import WindowCollection
+from engine.dataflow.columnar.arrow_types import arrow_type
 from engine.dataflow.graph import Dataflow, Node
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.window_functions import WindowFunction
@@ -40,6 +43,7 @@ from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, window_call
 from engine.sql.expression_compiler import ColumnRef, compile_expressions, compile_predicate
 from engine.sql.logical_plan import Field, LogicalPlan
+from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_builder import and_all, conjuncts
 
@@ -68,6 +72,11 @@ def plan_physical(plan: LogicalPlan, store: StateStore | None) -> PhysicalPlan:
 
 def _refs(fields: tuple[Field, ...]) -> list[ColumnRef]:
     return [ColumnRef(f.name, f.qualifier, f.type, f.nullable) for f in fields]
+
+
+def _column_type(e: exp.Column, fields: tuple[Field, ...]):
+    i = column_index(e, fields)
+    return fields[i].type if i is not None else None
 
 
 def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
@@ -273,8 +282,18 @@ class _PhysicalPlanner:
                 )
             )
         group = list(range(len(plan.group_by)))
-        if cols:
-            up = self.map(up, cols, fields, "group keys and aggregate arguments")
+        if not cols:
+            return self.df.add(ReduceCollection(group, specs), up)
+        compiled = compile_expressions(cols, _refs(fields))
+        up = self.df.add(MapCollection(compiled.fn, "group keys and aggregate arguments"), up)
+        arrow = [  # group keys need one representation per value: numerics of a declared type
+            arrow_type(
+                t, None if i < len(group) else value_scale(e, lambda c: _column_type(c, fields))
+            )
+            for i, (e, t) in enumerate(zip(cols, compiled.types, strict=True))
+        ]
+        if supports_columnar_reduce(arrow[: len(group)], specs, arrow):
+            return self.df.add(ColumnarReduceCollection(group, specs, arrow), up)
         return self.df.add(ReduceCollection(group, specs), up)
 
     def p_Distinct(self, plan: lp.Distinct) -> Node:

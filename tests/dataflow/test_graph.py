@@ -105,3 +105,22 @@ def test_explain_marks_state_and_shared_nodes(state_dir):
     assert text.splitlines()[0] == "#1 Consolidate (sink)"
     assert "CountPerTime  [state: 001_CountPerTime]" in text
     assert "-> (shared #3)" in text
+
+
+def test_a_replayed_time_writes_its_state(state_dir):
+    """abort() then the same time again: the stateful collection processes it anew (before the
+    fix it skipped the replay, so the time's state writes were lost and later counts wrong)."""
+    from engine.dataflow.aggregates import Aggregate
+    from engine.dataflow.collections.reduce import ReduceCollection
+
+    with StateStore(state_dir) as store:
+        df = Dataflow(store)
+        df.build(df.add(ReduceCollection([0], [Aggregate("count_star")]), df.input("a")))
+        df.push("a", DiffBatch.inserts([("k",)]))
+        df.time_end(1)
+        df.abort()
+        df.push("a", DiffBatch.inserts([("k",)]))
+        assert df.time_end(1).diffs.counts() == {("k", 1): 1}
+        df.commit(1)
+        df.push("a", DiffBatch.inserts([("k",)]))
+        assert df.time_end(2).diffs.counts() == {("k", 1): -1, ("k", 2): 1}

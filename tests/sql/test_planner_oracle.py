@@ -196,6 +196,17 @@ QUERIES = [
         "max(discount) AS md FROM orders GROUP BY status",
         id="agg-int-float",
     ),
+    Q(  # the columnar reduce: count/sum/avg of ints and numerics of a known scale
+        "SELECT customer_id, status, count(*) AS n, count(amount) AS na, sum(amount) AS s, "
+        "avg(amount) AS a, sum(qty) AS sq, avg(qty) AS aq, sum(amount * qty - 1.5) AS t, "
+        "avg(amount * (1 - qty)) AS at FROM orders GROUP BY customer_id, status",
+        id="agg-columnar",
+    ),
+    Q(
+        "SELECT count(*) AS n, sum(amount) AS s, avg(amount * 2) AS a, count(qty) AS nq "
+        "FROM orders",
+        id="agg-columnar-global",
+    ),
     Q(
         "SELECT c.segment, count(DISTINCT o.customer_id) AS buyers, "
         "count(DISTINCT o.status) AS statuses FROM orders o "

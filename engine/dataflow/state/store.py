@@ -108,6 +108,9 @@ class StateStore:
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
         self._closed = False
+        #: how many times staged writes were discarded: in-memory caches of committed state
+        #: that were updated with a discarded time's writes compare it and start over
+        self.rollbacks = 0
 
     def _read_tunings(self) -> dict[str, str]:
         """Each column family's tuning, read from the default column family before opening."""
@@ -170,6 +173,7 @@ class StateStore:
         """Discard staged writes (the time is replayed from the committed state)."""
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
+        self.rollbacks += 1
 
     # -- housekeeping ---------------------------------------------------------------------------
     def size_bytes(self) -> int:

@@ -1,0 +1,121 @@
+"""Fixed-width per-group records in a collection's column family, read a batch at a time.
+
+``GroupTable`` maps a group's key bytes (``kernels.key_bytes``) to one numpy record of a fixed
+dtype (counts, 128-bit sums...): ``fetch(keys)`` returns the committed records of a whole batch of
+groups in one structured array, ``store(keys, records, alive)`` stages the new ones (and deletes
+the dead) in the store's write batch. Records are the raw bytes of the dtype (no pickle): a miss
+costs one ``get_many`` for all missing keys and one ``np.frombuffer`` to decode them.
+
+A bounded in-memory cache of recent groups (FIFO eviction, ``max_groups``) answers most reads
+without RocksDB. The cache may hold the values of the time in progress; the dataflow always
+commits or rolls back a time before the next one starts, and a rollback (``StateStore.rollbacks``
+moved) empties the cache, so a read never sees a discarded write. This module must not know
+what the record's fields mean.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import numpy as np
+
+from engine.dataflow.state.store import StateTable
+
+#: rough Python overhead of one cached group (dict entry + key bytes object), for the budget
+_ENTRY_OVERHEAD = 120
+
+
+class GroupTable:
+    def __init__(self, table: StateTable, dtype: np.dtype, cache_bytes: int = 64 << 20) -> None:
+        self.table = table
+        self.dtype = np.dtype(dtype)
+        self.max_groups = max(1024, cache_bytes // (self.dtype.itemsize + _ENTRY_OVERHEAD))
+        self._slot: dict[bytes, int] = {}
+        self._records = np.zeros(1024, dtype=self.dtype)
+        self._fetched = np.empty(0, dtype=np.int64)  # slots of the keys of the last fetch
+        self._free: list[int] = []
+        self._next = 0  # slots handed out so far (free or in use)
+        self._rollbacks = table.store.rollbacks
+
+    # -- reads ------------------------------------------------------------------------------------
+    def fetch(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """(records, present) of a batch of groups: each key's committed record (absent keys
+        read as zeros). The next ``store`` must be for the same keys."""
+        self._check_generation()
+        self._evict(len(keys))
+        get = self._slot.get
+        slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        hit = slots >= 0
+        out = np.zeros(len(keys), dtype=self.dtype)
+        out[hit] = self._records[slots[hit]]
+        present = hit.copy()
+        if not hit.all():
+            miss = np.flatnonzero(~hit)
+            raws = self.table.get_many([keys[i] for i in miss])
+            found = [i for i, raw in zip(miss.tolist(), raws, strict=True) if raw is not None]
+            if found:
+                blob = b"".join(raw for raw in raws if raw is not None)
+                out[found] = np.frombuffer(blob, dtype=self.dtype)
+                present[found] = True
+        self._fetched = slots
+        return out, present
+
+    # -- writes -----------------------------------------------------------------------------------
+    def store(self, keys: list[bytes], records: np.ndarray, alive: np.ndarray) -> None:
+        """Stage ``records`` for the alive keys (and cache them), deletes for the others."""
+        slots = self._fetched
+        if len(slots) != len(keys):
+            raise RuntimeError("GroupTable.store() must follow fetch() of the same keys")
+        table = self.table
+        values = records.view(f"V{self.dtype.itemsize}").tolist() if len(records) else []
+        put, delete = table.put, table.delete
+        slot_of, free = self._slot, self._free
+        for i, (k, v, a) in enumerate(zip(keys, values, alive.tolist(), strict=True)):
+            s = slots[i]
+            if a:
+                put(k, v)
+                if s < 0:
+                    s = slots[i] = free.pop() if free else self._grow()
+                    slot_of[k] = s
+            else:
+                delete(k)
+                if s >= 0:
+                    del slot_of[k]
+                    free.append(s)
+                    slots[i] = -1
+        kept = slots >= 0
+        self._records[slots[kept]] = records[kept]
+        self._fetched = np.empty(0, dtype=np.int64)
+
+    # -- the cache --------------------------------------------------------------------------------
+    def _grow(self) -> int:
+        """A never-used slot, doubling the record array when full."""
+        if self._next == len(self._records):
+            bigger = np.zeros(2 * len(self._records), dtype=self.dtype)
+            bigger[: self._next] = self._records
+            self._records = bigger
+        self._next += 1
+        return self._next - 1
+
+    def _evict(self, incoming: int) -> None:
+        excess = len(self._slot) + incoming - self.max_groups
+        if excess <= 0:
+            return
+        victims = list(islice(iter(self._slot), excess))
+        for k in victims:
+            self._free.append(self._slot.pop(k))
+
+    def _check_generation(self) -> None:
+        rollbacks = self.table.store.rollbacks
+        if rollbacks != self._rollbacks:
+            self._rollbacks = rollbacks
+            self.clear()
+
+    def clear(self) -> None:
+        self._slot.clear()
+        self._free = []
+        self._next = 0
+
+    @property
+    def cached_groups(self) -> int:
+        return len(self._slot)

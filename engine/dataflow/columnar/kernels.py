@@ -1,0 +1,208 @@
+"""Pure array kernels of the columnar core: grouping, key bytes, exact 128-bit sums.
+
+Every function takes and returns arrays (pyarrow or numpy) and holds no state; each one is
+checked against a row-at-a-time reference in ``tests/dataflow/columnar/test_kernels.py``.
+
+* ``group_index(columns)``: the groups of rows under SQL GROUP BY equality (NULLs equal each
+  other, NaN equals NaN, -0.0 equals 0.0): a group id per row and the first row of each group.
+* ``key_bytes(columns)``: one deterministic byte string per row, equal for rows that
+  ``group_index`` puts together (state keys; no pickle, no per-row Python).
+* ``group_sums(ids, n, values)``: exact int64 sums per group (raises ``OverflowError`` where an
+  int64 could overflow, so callers switch to ``group_sums_exact``).
+* ``add_int128`` / ``int128_to_ints``: 128-bit accumulators as (lo: uint64, hi: int64) pairs.
+
+This module must not know about collections, plans or RocksDB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_NAN = pa.scalar(float("nan"), pa.float64())
+_ZERO = pa.scalar(0.0, pa.float64())
+_INT64_SAFE = float(2**62)
+
+
+def normalize_floats(column: pa.Array) -> pa.Array:
+    """Floats with one NaN bit pattern and -0.0 as 0.0 (SQL equality is bitwise equality after)."""
+    if not pa.types.is_floating(column.type):
+        return column
+    column = pc.add(column.cast(pa.float64()), _ZERO)  # -0.0 + 0.0 == +0.0
+    return pc.if_else(pc.is_nan(column), _NAN, column)
+
+
+def _plain(column: pa.Array) -> pa.Array:
+    """The storage of an extension column (its values as a plain Arrow type)."""
+    return column.storage if isinstance(column.type, pa.ExtensionType) else column
+
+
+def _codes(column: pa.Array) -> tuple[np.ndarray, int]:
+    """Dense codes of one column's distinct values (NULL is a value) and how many there are."""
+    column = _plain(column)
+    enc = pc.dictionary_encode(normalize_floats(column), null_encoding="encode")
+    return np.asarray(enc.indices, dtype=np.int64), len(enc.dictionary)
+
+
+def group_index(columns: list[pa.Array], n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(group id of each row, index of each group's first row); ids follow first appearance.
+
+    >>> ids, first = group_index([pa.array([3, 1, 3, None, None])])
+    >>> ids.tolist(), first.tolist()
+    ([0, 1, 0, 2, 2], [0, 1, 3])
+    """
+    if not columns:
+        rows = 0 if n is None else n
+        return np.zeros(rows, dtype=np.int64), np.zeros(1 if rows else 0, dtype=np.int64)
+    combined, card = _codes(columns[0])
+    for col in columns[1:]:
+        codes, k = _codes(col)
+        if card * k < 2**62:
+            combined = combined * k + codes
+            card *= k
+        else:  # re-densify before the product could overflow
+            _, combined = np.unique(combined, return_inverse=True)
+            card = int(combined.max(initial=-1)) + 1
+            combined = combined * k + codes
+            card *= k
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # number groups by first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], first[order]
+
+
+def _fixed_width_bytes(values: np.ndarray) -> pa.Array:
+    """A binary array holding each row of a (n, w) uint8 matrix."""
+    n, w = values.shape
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(w), n, [None, pa.py_buffer(np.ascontiguousarray(values).tobytes())]
+    )
+    return fixed.cast(pa.binary())
+
+
+def _column_bytes(column: pa.Array) -> list[pa.Array]:
+    """Prefix-free byte pieces of one column: a NULL flag, then the value (length-prefixed if
+    variable width). Equal values under ``group_index`` give equal bytes."""
+    column = _plain(column)
+    valid = np.asarray(pc.is_valid(column), dtype=np.uint8).reshape(-1, 1)
+    pieces = [_fixed_width_bytes(valid)]
+    t = column.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
+        data = pc.fill_null(column.cast(pa.binary()), b"")
+        lengths = np.asarray(pc.binary_length(data), dtype=">u4").view(np.uint8).reshape(-1, 4)
+        return [*pieces, _fixed_width_bytes(lengths), data]
+    if pa.types.is_boolean(t):
+        v = np.asarray(pc.fill_null(column, False), dtype=np.uint8).reshape(-1, 1)
+    elif pa.types.is_floating(t):
+        v = np.asarray(pc.fill_null(normalize_floats(column), 0.0), dtype=">f8")
+        v = v.view(np.uint8).reshape(-1, 8)
+    elif pa.types.is_decimal(t):
+        words = np.frombuffer(column.buffers()[1], dtype="<i8")
+        words = words[2 * column.offset : 2 * (column.offset + len(column))].reshape(-1, 2)
+        be = np.empty((len(column), 2), dtype=">i8")
+        be[:, 0], be[:, 1] = words[:, 1], words[:, 0]
+        be[valid[:, 0] == 0] = 0
+        v = be.view(np.uint8).reshape(-1, 16)
+    elif pa.types.is_integer(t) or pa.types.is_temporal(t):
+        raw = np.asarray(pc.fill_null(column.cast(pa.int64()), 0), dtype=np.int64)
+        v = raw.astype(">i8").view(np.uint8).reshape(-1, 8)
+    else:
+        raise TypeError(f"no key encoding for Arrow type {t}")
+    return [*pieces, _fixed_width_bytes(v)]
+
+
+def key_bytes(columns: list[pa.Array]) -> list[bytes]:
+    """One byte string per row identifying its values under GROUP BY equality.
+
+    >>> key_bytes([pa.array([1, None])]) == key_bytes([pa.array([1, None])])
+    True
+    """
+    pieces = [p for col in columns for p in _column_bytes(col)]
+    if not pieces:
+        return []
+    if len(pieces) == 1:
+        return pieces[0].to_pylist()
+    return pc.binary_join_element_wise(*pieces, b"").to_pylist()
+
+
+def group_sums(ids: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:
+    """Exact per-group sums of int64 ``values``; ``OverflowError`` if an int64 could overflow."""
+    if len(values) and float(np.abs(values.astype(np.float64)).sum()) >= _INT64_SAFE:
+        raise OverflowError("per-group sum may exceed 64 bits")
+    out = np.zeros(ngroups, dtype=np.int64)
+    np.add.at(out, ids, values)
+    return out
+
+
+def group_sums_exact(ids: np.ndarray, ngroups: int, values: list[int]) -> list[int]:
+    """Per-group sums of Python ints of any size (the slow, exact fallback of ``group_sums``)."""
+    out = [0] * ngroups
+    for g, v in zip(ids.tolist(), values, strict=True):
+        out[g] += v
+    return out
+
+
+def add_int128(lo: np.ndarray, hi: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) + a signed int64 ``delta`` per element, exactly (two's complement 128 bits)."""
+    d = delta.astype(np.int64)
+    new_lo = lo + d.view(np.uint64)
+    carry = (new_lo < lo).astype(np.int64)
+    return new_lo, hi + carry + (d >> 63)
+
+
+def add_int128_ints(
+    lo: np.ndarray, hi: np.ndarray, delta: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) + arbitrary Python int deltas (exact; raises OverflowError past 128 bits)."""
+    total = [a + b for a, b in zip(int128_to_ints(lo, hi), delta, strict=True)]
+    return ints_to_int128(total)
+
+
+def int128_to_ints(lo: np.ndarray, hi: np.ndarray) -> list[int]:
+    """The 128-bit values as Python ints."""
+    return [(h << 64) | l_ for l_, h in zip(lo.tolist(), hi.tolist(), strict=True)]
+
+
+def ints_to_int128(values: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Python ints as (lo, hi) arrays; ``OverflowError`` past 128 bits."""
+    limit = 1 << 127
+    if any(v >= limit or v < -limit for v in values):
+        raise OverflowError("a sum exceeds 128 bits")
+    lo = np.array([v & 0xFFFFFFFFFFFFFFFF for v in values], dtype=np.uint64)
+    hi = np.array([v >> 64 for v in values], dtype=np.int64)
+    return lo, hi
+
+
+def int128_fits_int64(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether every value is within int64 (then ``lo.view(int64)`` is the value)."""
+    return bool(np.array_equal(hi, lo.view(np.int64) >> 63))
+
+
+def concat_columns(
+    batches: list[list[pa.Array]], weights: list[np.ndarray]
+) -> tuple[list[pa.Array], np.ndarray] | None:
+    """Columns of several batches end to end (None when their column types differ)."""
+    types = [c.type for c in batches[0]]
+    if any([c.type for c in cols] != types for cols in batches[1:]):
+        return None
+    ncols = len(batches[0])
+    columns = [pa.concat_arrays([cols[i] for cols in batches]) for i in range(ncols)]
+    return columns, np.concatenate(weights)
+
+
+def consolidate_columns(
+    columns: list[pa.Array], weights: np.ndarray
+) -> tuple[list[pa.Array], np.ndarray]:
+    """The Z-set normal form of a columnar batch: one row per distinct row, weights summed,
+    zero weights dropped; rows keep their first appearance's values and order."""
+    n = len(weights)
+    if not n:
+        return list(columns), weights
+    ids, first = group_index(columns, n)
+    totals = np.zeros(len(first), dtype=np.int64)
+    np.add.at(totals, ids, weights)
+    keep = np.flatnonzero(totals != 0)
+    take = pa.array(first[keep])
+    return [c.take(take) for c in columns], totals[keep]

@@ -1,0 +1,59 @@
+"""Which GROUP BYs the physical planner sends to the columnar reduce (on a real catalog).
+
+Correctness of those plans is the planner oracle's job (tests/sql/test_planner_oracle.py runs
+``agg-columnar`` and friends against Postgres); this checks the choice itself, so that a silent
+fallback to the row path cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.sql.planner import build_dataflow, plan_view
+from tests.sql.oracle import DDL, catalog_from_postgres
+
+COLUMNAR = [
+    "SELECT customer_id, count(*) AS n, sum(amount) AS s, avg(amount) AS a FROM orders "
+    "GROUP BY customer_id",
+    "SELECT status, sum(amount * qty - 1.5) AS t, avg(amount * (1 - qty)) AS a FROM orders "
+    "GROUP BY status",
+    "SELECT count(*) AS n, sum(qty) AS s FROM orders",
+    "SELECT created, sum(CAST(discount AS numeric(12,3))) AS d FROM orders GROUP BY created",
+    "SELECT c.region, sum(i.qty * i.price) AS revenue FROM order_items i "
+    "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id GROUP BY c.region",
+]
+ROW = [
+    "SELECT customer_id, min(amount) AS m FROM orders GROUP BY customer_id",
+    "SELECT status, sum(discount) AS d FROM orders GROUP BY status",  # float
+    "SELECT status, sum(amount / qty) AS d FROM orders GROUP BY status",  # scale from division
+    "SELECT amount / 3 AS k, count(*) AS n FROM orders GROUP BY amount / 3",  # key of no scale
+    "SELECT status, count(DISTINCT qty) AS n FROM orders GROUP BY status",
+]
+
+
+@pytest.fixture(scope="module")
+def catalog(pg_server):
+    import psycopg
+
+    name = pg_server.create_database()
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            conn.execute(DDL)
+            yield catalog_from_postgres(conn, ["customers", "products", "orders", "order_items"])
+    finally:
+        pg_server.drop_database(name)
+
+
+def _physical(sql, catalog) -> str:
+    return build_dataflow(plan_view(sql, catalog), None).explain()
+
+
+@pytest.mark.parametrize("sql", COLUMNAR)
+def test_columnar_reduce_is_chosen(sql, catalog):
+    assert "Reduce (columnar)" in _physical(sql, catalog)
+
+
+@pytest.mark.parametrize("sql", ROW)
+def test_row_reduce_where_columnar_cannot(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "Reduce:" in plan and "Reduce (columnar)" not in plan
