@@ -13,7 +13,7 @@ import sys
 
 
 def _engine(args):
-    from engine.engine import Engine
+    from engine import Engine
 
     # No --dsn / INCVIEW_DSN: the embedded Postgres under the state dir (started if needed).
     views = getattr(args, "view", None) or None

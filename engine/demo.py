@@ -292,7 +292,7 @@ def run_demo(
     keep: bool = False,
 ) -> int:
     """Run the demo (see the module docstring); returns the exit code (0: every view equal)."""
-    from engine.engine import Engine
+    from engine import Engine
 
     where = f"database {_display_dsn(dsn)}" if dsn else f"embedded PostgreSQL in {state_dir}"
     print(f"incview demo: using the {where}")

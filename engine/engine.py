@@ -30,6 +30,7 @@ module orchestrates; it must not plan, decode or write SQL results itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -48,7 +49,8 @@ import psycopg
 
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import StateStore
-from engine.errors import ViewError
+from engine.errors import IncviewError, SourceChanged, ViewError
+from engine.outage import Backoff, is_outage
 from engine.population_progress import PopulationProgress
 from engine.postgres.cdc import (
     CdcReader,
@@ -57,11 +59,14 @@ from engine.postgres.cdc import (
     visible_in_snapshot,
 )
 from engine.postgres.pgoutput import Begin, Commit, PgOutputDecoder, Relation, Truncate
-from engine.postgres.sink import ResultSink
+from engine.postgres.sink import ResultSink, drop_result_table
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
+from engine.slot_guard import slot_losses, slot_state
 from engine.slot_keeper import SlotKeeper
+from engine.source_schema import FIX as SOURCE_FIX
+from engine.source_schema import SourceSchema, current_columns
 from engine.sql.physical_planner import PhysicalPlan
 from engine.sql.planner import ViewPlan, build_dataflow, explain, plan_view
 from engine.sql.population_filter import population_filters
@@ -77,6 +82,7 @@ _POLL_CHANGES = 100_000
 _POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
 _ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 _REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
+_SOURCES_FILE = "sources.json"  # the columns of its sources a view reads (engine.source_schema)
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,11 @@ class _View:
         self.physical: PhysicalPlan = build_dataflow(plan, self.store)
         self._state_time: int = self.store.committed_time or 0
         self.recorded_time = 0  # state time last written to the catalog
+        # the columns (and types) of the sources this view reads, as when it was created
+        self.expected = SourceSchema.load(self.dir / _SOURCES_FILE)
+        if self.expected is None:
+            self.expected = SourceSchema.of_plan(plan.sources, self.physical.inputs)
+            self.expected.save(self.dir / _SOURCES_FILE)
         columns = list(zip(plan.output_names, plan.output_types, strict=True))
         # Spark runs each view's batches on its own thread: each view gets its own connection
         self._own_conn = (
@@ -170,6 +181,9 @@ class _View:
         key = (table, column_names)
         pick = self._projections.get(key)
         if pick is None:
+            gone = self.expected.missing_columns(table, column_names)
+            if gone is not None:
+                raise SourceChanged(gone)
             idx = [column_names.index(c) for c in wanted]
             if len(idx) > 1:
                 pick = itemgetter(*idx)  # a tuple of the columns, in C
@@ -223,6 +237,7 @@ class Engine:
         self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         self.views: dict[str, _View] = {}
+        self.broken: dict[str, str] = {}  # views whose sources changed under them -> why
         try:
             if dsn is None:
                 from engine.postgres.embedded import EmbeddedPostgres
@@ -273,7 +288,21 @@ class Engine:
             marker = self.state_dir / "views" / record.name / _REPOPULATE_MARKER
             if record.phase == "populating" and not marker.exists():
                 continue  # an interrupted create_view: left for drop_view / re-creation
-            view = _View(self, record, plan_view(record.sql, self.sources))
+            if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
+                continue  # its sources changed under it: it stays broken until dropped
+            try:
+                plan = plan_view(record.sql, self.sources)
+            except IncviewError as e:
+                self._break(
+                    record.name, f"its query no longer plans over its sources ({e}); {SOURCE_FIX}"
+                )
+                continue
+            view = _View(self, record, plan)
+            drift = view.expected.drift(self.conn)
+            if drift is not None:
+                view.close()
+                self._break(record.name, drift)
+                continue
             self.views[record.name] = view
             if marker.exists():
                 resume.append((view, int(marker.read_text())))
@@ -288,6 +317,7 @@ class Engine:
         self._slot_keeper = SlotKeeper(self._advance_slot)
         for view, time_ in resume:
             self._repopulate(view, time_)
+        self.check_slot()
 
     @property
     def spark(self):
@@ -470,29 +500,108 @@ class Engine:
         if not self.views:
             return
         if self.runner == "spark":
+            self.check_sources()
+            self.check_slot()
             self._catch_up_spark(deadline, timeout_s)
             return
-        self._downstream_dirty = False
-        target = self.reader.flush_wal()
+        backoff = Backoff(cap=5.0)
         try:
             while True:
-                txs = self.reader.poll(_POLL_CHANGES)
-                if txs:
-                    self._apply(txs, self.views.values())
-                if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
-                    if not self._downstream_dirty:
-                        return
-                    self._downstream_dirty = False
-                    target = self.reader.flush_wal()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
-                        "again (or with a larger timeout_s); the views keep what they applied"
-                    )
+                try:
+                    if self.conn.closed or self.sink_conn.closed:
+                        self._reopen()  # an earlier call lost the database
+                    self._catch_up_local(deadline, timeout_s)
+                    return
+                except Exception as e:
+                    if not is_outage(e) and self.check_slot():
+                        continue  # the slot went away under the poll: repaired, go on
+                    if not is_outage(e) or time.monotonic() > deadline:
+                        raise
+                    delay = min(backoff.next_delay(), max(0.0, deadline - time.monotonic()))
+                    log.warning("the database is unreachable (%s); retrying in %.1f s", e, delay)
+                    time.sleep(delay)
+                    with contextlib.suppress(psycopg.Error):
+                        self._reopen()
         finally:
             # in the background: the result tables are written, the slot's advance (which
             # decodes the WAL from its restart point) is housekeeping nobody waits for
             self._slot_keeper.request()
+
+    def _break(self, name: str, why: str) -> None:
+        """``name``'s sources changed under it: error phase with ``why``, no longer maintained
+        (its state and result table stay until it is dropped; other views go on)."""
+        log.warning("view %s stops: %s", name, why)
+        self.broken[name] = why
+        self.catalog.set_phase(name, "error", why)
+        view = self.views.pop(name, None)
+        if view is not None:
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
+            view.close()
+
+    def check_sources(self) -> dict[str, str]:
+        """Compare every open view's sources with the database; break those that changed.
+        Returns view name -> why, for every view broken so far."""
+        views = list(self.views.values())
+        tables = sorted({t for v in views for t in v.expected.tables})
+        current = current_columns(self.conn, tables) if tables else {}
+        for view in views:
+            drift = view.expected.drift(self.conn, current)
+            if drift is None and view.name in self.broken:  # a stream batch saw it first
+                drift = self.broken[view.name]
+            if drift is not None:
+                self._break(view.name, drift)
+        return dict(self.broken)
+
+    def check_slot(self) -> dict[str, str]:
+        """Re-populate the open views whose changes the replication slot no longer holds (it
+        was dropped, invalidated or re-created: ``engine.slot_guard``); the slot is re-created
+        first. Returns view name -> why (empty when the slot serves every view)."""
+        if not self.views:
+            return {}
+        state = slot_state(self.conn, SLOT)
+        needed = {v.name: max(v.state_time, v.record.state_lsn or 0) for v in self.views.values()}
+        lost = slot_losses(SLOT, state, needed)
+        if not lost:
+            return {}
+        if state.exists and not state.usable:
+            self.conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
+        self.reader.ensure(sorted(self._inputs_of_all()))  # creates the slot when missing
+        lsn = self.reader.confirmed_lsn()
+        for name, why in lost.items():
+            view = self.views[name]
+            log.warning("view %s is re-populated: %s", name, why)
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
+            self._repopulate(view, lsn)
+            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
+            self.catalog.record_state({name: view.state_time})
+            self.catalog.set_phase(name, "running", f"re-populated: {why}")
+            view.record = self.catalog.get(name) or view.record
+        self.reader.rewind(min(v.state_time for v in self.views.values()))
+        return lost
+
+    def _catch_up_local(self, deadline: float, timeout_s: float) -> None:
+        self.check_sources()
+        self.check_slot()
+        self._downstream_dirty = False
+        target = self.reader.flush_wal()
+        while True:
+            txs = self.reader.poll(_POLL_CHANGES)
+            if txs:
+                self._apply(txs, self.views.values())
+            if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
+                if not self._downstream_dirty:
+                    return
+                self._downstream_dirty = False
+                target = self.reader.flush_wal()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
+                    "again (or with a larger timeout_s); the views keep what they applied"
+                )
 
     def _record_states(self, views: Iterable[_View]) -> None:
         changed = {
@@ -545,7 +654,14 @@ class Engine:
 
     def _apply_stream_batch(self, view: _View, txs: list[Transaction]) -> None:
         """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
-        self._apply_view(view, txs, txs[-1].end_lsn)
+        if view.name in self.broken:
+            return  # its sources changed: the run loop stops its query
+        try:
+            self._apply_view(view, txs, txs[-1].end_lsn)
+        except SourceChanged as e:
+            self.broken[view.name] = str(e)
+            self._advance_catalog.set_phase(view.name, "error", str(e))
+            return
         if time.monotonic() >= self._next_advance:
             # advancing decodes the WAL from the slot's restart point: not after every batch
             self._next_advance = time.monotonic() + _ADVANCE_EVERY_S
@@ -607,35 +723,111 @@ class Engine:
                 restore[sig] = signal.signal(sig, lambda *_: stop.set())
         running = [self.views[n] for n in names]
         pid, host = os.getpid(), socket.gethostname()
+        backoff = Backoff()
+        lost: BaseException | None = None  # the outage being waited out
         try:
-            if self.runner == "spark":
-                self._start_streams(running)
             next_beat = 0.0
             while not stop.is_set():
-                if self.runner == "local":
-                    self._run_local_once(running)
-                else:
-                    for view in running:
-                        why = view.stream.failure() if view.stream else None
-                        if why:
-                            self.catalog.set_phase(view.name, "error", why)
-                            raise ViewError(f"view {view.name}: its streaming query failed: {why}")
-                if time.monotonic() >= next_beat:
-                    lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
-                    for view in running:
-                        self.catalog.heartbeat(view.name, pid, host, lags.get(view.name))
-                    self._slot_keeper.request()  # also records the state LSNs of quiet views
-                    next_beat = time.monotonic() + heartbeat_s
+                try:
+                    if lost is not None:  # the database went away: open everything anew
+                        self._reopen()
+                        running = [self.views[n] for n in names if n in self.views]
+                        log.warning("the database is back; the views resume (%s)", lost)
+                        lost = None
+                        next_beat = 0.0
+                    if self.runner == "spark":
+                        self._start_streams(running)
+                    self._run_once(running)
+                    if time.monotonic() >= next_beat:
+                        self.check_sources()
+                        self.check_slot()
+                        running = [v for v in running if v.name in self.views]
+                        lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
+                        for view in running:
+                            self.catalog.heartbeat(view.name, pid, host, lags.get(view.name))
+                        self._slot_keeper.request()  # also records the state LSNs of quiet views
+                        next_beat = time.monotonic() + heartbeat_s
+                    backoff.reset()
+                except Exception as e:
+                    if not is_outage(e) and self.check_slot():
+                        continue  # the slot was dropped or re-created: views re-populated
+                    if not is_outage(e) and not (self.runner == "spark" and self._db_down()):
+                        raise
+                    lost = e
+                    delay = backoff.next_delay()
+                    log.warning("the database is unreachable (%s); retrying in %.1f s", e, delay)
+                    stop.wait(delay)
+                    continue
                 stop.wait(self.trigger_ms / 1000.0 if self.runner == "local" else 0.2)
         finally:
             for view in running:
                 if view.stream is not None:
                     view.stream.stop()
                     view.stream = None
-                self.catalog.stopped(view.name)
-            self._slot_keeper.flush()
+            try:
+                for view in running:
+                    self.catalog.stopped(view.name)
+                self._slot_keeper.flush()
+            except Exception as e:
+                if not is_outage(e):
+                    raise
+                log.warning("stopping while the database is unreachable: %s", e)
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
+
+    def _run_once(self, running: list[_View]) -> None:
+        """One step of ``run``: a poll of the slot (runner local), or a check of the streams."""
+        if self.runner == "local":
+            self._run_local_once(running)
+            return
+        for view in running:
+            why = view.stream.failure() if view.stream else None
+            if why:
+                if self._db_down():  # the query died of the outage: restarted once it is over
+                    raise psycopg.OperationalError(f"view {view.name}'s streaming query: {why}")
+                self.catalog.set_phase(view.name, "error", why)
+                raise ViewError(f"view {view.name}: its streaming query failed: {why}")
+
+    def _db_down(self) -> bool:
+        """Whether the database is unreachable right now (a fresh connection fails)."""
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("SELECT 1")
+            return False
+        except psycopg.Error:
+            return True
+
+    def _reopen(self) -> None:
+        """Close every connection, stream and open view and open them again: after an outage of
+        the database. Nothing is lost or doubled: each view resumes from its committed state,
+        the result tables skip the transactions they already hold (their LSN)."""
+        self._close_connections()
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        self.sink_conn = psycopg.connect(self.dsn, autocommit=True)
+        self.catalog = ViewCatalog.open(self.conn)
+        self.sources = PostgresCatalog(self.conn)
+        self._open_views()
+
+    def _close_connections(self) -> None:
+        """Best effort: streams, the slot keeper, views' state and connections (after an outage
+        most of them are broken already)."""
+        steps: list[Callable[[], object]] = []
+        for view in self.views.values():
+            if view.stream is not None:
+                steps.append(view.stream.stop)
+        if hasattr(self, "_slot_keeper"):
+            steps.append(self._slot_keeper.stop)
+        steps += [view.close for view in self.views.values()]
+        steps += [self.reader.close, self._advancer.close, self._advance_catalog.conn.close]
+        steps += [self.conn.close, self.sink_conn.close]
+        for step in steps:
+            try:
+                step()
+            except Exception as e:
+                log.debug("closing after an outage: %s", e)
+        for view in self.views.values():
+            view.stream = None
+        self.views.clear()
 
     def _run_local_once(self, running: list[_View]) -> None:
         """One poll of the slot applied to ``running`` (runner local's streaming loop)."""
@@ -649,11 +841,16 @@ class Engine:
         before the batch: the reader is rewound so the batch is read again next time (views
         that applied it skip it), then the error is raised."""
         end = txs[-1].end_lsn
-        views = list(views)
+        views = [v for v in views if v.name in self.views]  # not the ones broken meanwhile
         downstream = self._inputs_of_all()
         try:
             for view in views:
-                if self._apply_view(view, txs, end) and view.result_name in downstream:
+                try:
+                    wrote = self._apply_view(view, txs, end)
+                except SourceChanged as e:
+                    self._break(view.name, str(e))
+                    continue
+                if wrote and view.result_name in downstream:
                     self._downstream_dirty = True
         except BaseException:
             self.reader.rewind(min(v.state_time for v in views))
@@ -839,10 +1036,7 @@ class Engine:
             view.sink.drop()
             view.close()
         else:
-            columns: list = []
-            ResultSink(
-                self.sink_conn, name, record.result_schema, record.result_table, columns
-            ).drop()
+            drop_result_table(self.sink_conn, record.result_schema, record.result_table)
         shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
         self.catalog.delete(name)
         others = self.catalog.all()
@@ -852,9 +1046,18 @@ class Engine:
         else:
             needed: set[str] = set()
             for r in others:
+                if r.name in self.broken:
+                    continue  # not maintained: its tables may be gone
                 v = self.views.get(r.name)
-                needed.update(v.inputs if v is not None else self._tables_of(r.sql))
+                needed.update(v.inputs if v is not None else self._tables_needed_by(r))
             self.reader.set_tables(sorted(needed))
+
+    def _tables_needed_by(self, record: ViewRecord) -> list[str]:
+        """Source tables of a view this process has not opened (or could not: a broken one)."""
+        expected = SourceSchema.load(self.state_dir / "views" / record.name / _SOURCES_FILE)
+        if expected is not None:
+            return list(expected.tables)
+        return self._tables_of(record.sql)
 
     def _tables_of(self, sql: str) -> list[str]:
         """Source tables of a view this process has not opened."""
@@ -868,7 +1071,7 @@ class Engine:
         self._slot_keeper.stop()
         try:  # leave the slot where the views are, holding no WAL they do not need
             self._advance_slot()
-        except psycopg.Error as e:
+        except (psycopg.Error, ViewError) as e:  # unreachable, or the slot is gone
             log.warning("could not advance the slot on close: %s", e)
         for view in self.views.values():
             view.close()

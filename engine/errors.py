@@ -22,3 +22,7 @@ class ViewError(IncviewError):
 
 class StateError(IncviewError):
     """A view's state directory is unusable (locked by another process, corrupt, wrong version)."""
+
+
+class SourceChanged(ViewError):
+    """A source table or column a view reads was dropped, renamed or changed type."""

@@ -115,7 +115,7 @@ class IncViewResource(ConfigurableResource):
     def open_engine(self, views: list[str] | None = None) -> Iterator[Any]:
         """An ``engine.Engine`` opening only ``views`` (None: all views; [] none). Close it
         before a streaming job takes a view over (RocksDB state is single-process)."""
-        from engine.engine import Engine
+        from engine import Engine
 
         eng = Engine(
             self.get_dsn(),

@@ -48,6 +48,6 @@ class IncView:
 
 def split_view_name(name: str) -> tuple[str, str]:
     """``a.b`` -> (a, b); ``b`` -> (public, b): the engine's rule (``engine.engine``)."""
-    from engine.engine import split_view_name as engine_split
+    from engine import split_view_name as engine_split
 
     return engine_split(name)

@@ -51,8 +51,9 @@ __all__ = [
 class PostgresServer:
     """A private Postgres cluster: ``start()``, ``dsn``, ``connect()``, ``create_database()``, ``stop()``."""
 
-    def __init__(self, bindir: str | None = None) -> None:
+    def __init__(self, bindir: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.bindir = bindir
+        self.settings = {**TEST_SETTINGS, **(settings or {})}
         self.base_dir: str | None = None
         self.server: EmbeddedPostgres | None = None
 
@@ -97,7 +98,7 @@ class PostgresServer:
             database=DATABASE,
             durable=False,
             auth="trust",
-            settings=TEST_SETTINGS,
+            settings=self.settings,
             bindir=self.bindir,
         )
         self.server.start()

@@ -98,7 +98,11 @@ def free_port() -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether Postgres could listen on ``port``. Like Postgres, with SO_REUSEADDR: the
+    TIME_WAIT sockets its own shutdown left behind must not move a restarted server to another
+    port (every client's DSN names the old one); a live listener still makes the bind fail."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

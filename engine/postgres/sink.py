@@ -562,9 +562,7 @@ class ResultSink:
     # -- housekeeping ---------------------------------------------------------------------------
     def drop(self) -> None:
         """Drop the result table and any staging table a failed population left behind."""
-        with self.conn.transaction():
-            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._target))
-            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
+        drop_result_table(self.conn, self.schema, self.table)
         self._checked = False
 
     def exists(self) -> bool:
@@ -581,3 +579,12 @@ class ResultSink:
 def _pairs(batches: Iterable[DiffBatch]) -> Iterator[tuple[tuple, int]]:
     for batch in batches:
         yield from zip(batch.rows, batch.weights, strict=True)
+
+
+def drop_result_table(conn: psycopg.Connection, schema: str, table: str) -> None:
+    """Drop a view's result table and its staging table, if they exist (also for a view whose
+    columns are unknown here: one this process has not opened, or could not plan)."""
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, table)))
+        staging = sql.Identifier(schema, staging_name(table))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging))

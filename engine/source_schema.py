@@ -1,0 +1,94 @@
+"""What a view expects of its source tables, and whether the database still matches it.
+
+pgoutput says nothing about DDL: a dropped, renamed or retyped column shows only in the next
+change of the table (as a new Relation), and a dropped or renamed table not at all. So each view
+records, when it is created, the columns its dataflow reads from each source table and their
+types (``SourceSchema``, kept as ``sources.json`` in the view's directory), and the engine
+compares that with Postgres' catalog when it opens the view, before each ``catch_up`` and on
+each heartbeat of ``run``. A change to a column or table the view does not read is fine (the
+view keeps running); a change to one it reads puts the view in the ``error`` phase with a
+message naming the table and column and the fix, and the view stops being maintained (other
+views go on). This module only reads the catalog; it must not change views.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+_COLUMNS = """
+SELECT n.nspname || '.' || c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname || '.' || c.relname = ANY(%s)
+"""
+
+FIX = "drop the view and create it again to follow the new schema"
+
+
+@dataclass(frozen=True)
+class SourceSchema:
+    """table ("schema.table") -> column -> type (``format_type``) the view's dataflow reads."""
+
+    tables: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def of_plan(cls, sources, inputs: Mapping[str, tuple[str, ...]]) -> SourceSchema:
+        """From a ViewPlan's ``sources`` and the dataflow's ``inputs`` (the columns it reads)."""
+        types = {s.qualified_name: {c.name: c.type.sql() for c in s.columns} for s in sources}
+        return cls({t: {c: types[t][c] for c in cols} for t, cols in inputs.items()})
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({t: dict(c) for t, c in self.tables.items()}, sort_keys=True))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> SourceSchema | None:
+        if not path.exists():
+            return None
+        return cls(json.loads(path.read_text()))
+
+    # -- checking -----------------------------------------------------------------------------
+    def drift(
+        self, conn: psycopg.Connection, current: Mapping[str, Mapping[str, str]] | None = None
+    ) -> str | None:
+        """None while every table and column the view reads is there with its type; else a
+        message naming the first one that changed. ``current``: ``current_columns`` of (at
+        least) the view's tables, read once for many views."""
+        if current is None:
+            current = current_columns(conn, list(self.tables))
+        for table, columns in sorted(self.tables.items()):
+            now = current.get(table)
+            if now is None:
+                return f"source table {table} was dropped or renamed; {FIX}"
+            for column, typ in columns.items():
+                if column not in now:
+                    return f"column {column} of source table {table} was dropped or renamed; {FIX}"
+                if now[column] != typ:
+                    return (
+                        f"column {column} of source table {table} changed type from {typ} to "
+                        f"{now[column]}; {FIX}"
+                    )
+        return None
+
+    def missing_columns(self, table: str, columns: tuple[str, ...]) -> str | None:
+        """The message for a change of ``table`` arriving without a column the view reads."""
+        gone = [c for c in self.tables.get(table, {}) if c not in columns]
+        if not gone:
+            return None
+        return f"column {gone[0]} of source table {table} was dropped or renamed; {FIX}"
+
+
+def current_columns(conn: psycopg.Connection, tables: list[str]) -> dict[str, dict[str, str]]:
+    """table ("schema.table") -> column -> type, as the catalog says now (absent tables absent)."""
+    current: dict[str, dict[str, str]] = {}
+    for table, column, typ in conn.execute(_COLUMNS, (tables,)).fetchall():
+        current.setdefault(table, {})[column] = typ
+    return current
