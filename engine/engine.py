@@ -31,7 +31,6 @@ module orchestrates; it must not plan, decode or write SQL results itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -39,50 +38,48 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import itemgetter
 from pathlib import Path
 
 import psycopg
 
+from engine.applying import ApplyMixin
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.state.store import StateStore
-from engine.errors import IncviewError, SourceChanged, ViewError
+from engine.engine_names import (
+    POLL_CHANGES,
+    POPULATION_CHUNK,
+    POPULATION_TIME,
+    PUBLICATION,
+    REPOPULATE_MARKER,
+    SLOT,
+    SOURCES_FILE,
+)
+from engine.errors import IncviewError, ViewError
 from engine.outage import Backoff, is_outage
 from engine.population_progress import PopulationProgress
 from engine.postgres.cdc import (
     CdcReader,
-    PgSnapshot,
-    Transaction,
     visible_in_snapshot,
 )
 from engine.postgres.pgoutput import Begin, Commit, PgOutputDecoder, Relation, Truncate
-from engine.postgres.sink import ResultSink, drop_result_table
+from engine.postgres.sink import drop_result_table
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
-from engine.slot_guard import slot_losses, slot_state
+from engine.recovery import RecoveryMixin
 from engine.slot_keeper import SlotKeeper
 from engine.source_schema import FIX as SOURCE_FIX
-from engine.source_schema import SourceSchema, current_columns
-from engine.sql.physical_planner import PhysicalPlan
-from engine.sql.planner import ViewPlan, build_dataflow, explain, plan_view
+from engine.source_schema import SourceSchema
+from engine.spark_runner import SparkRunnerMixin
+from engine.sql.planner import explain, plan_view
 from engine.sql.population_filter import population_filters
+from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger(__name__)
 
-SLOT = "incview_slot"
-PUBLICATION = "incview_pub"
-_POPULATION_TIME = 1
-# changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
-# fewer, larger polls cost less (a transaction always comes whole, however large)
-_POLL_CHANGES = 100_000
-_POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
-_ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
-_REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
-_SOURCES_FILE = "sources.json"  # the columns of its sources a view reads (engine.source_schema)
+__all__ = ["PUBLICATION", "SLOT", "Engine", "ViewStatus", "split_view_name"]
 
 
 @dataclass(frozen=True)
@@ -105,117 +102,7 @@ def split_view_name(name: str) -> tuple[str, str]:
     raise ViewError(f"invalid view name {name!r}: use 'name' or 'schema.name'")
 
 
-class _View:
-    """One view at run time: plan, dataflow, state, sink, population snapshot."""
-
-    def __init__(self, engine: Engine, record: ViewRecord, plan: ViewPlan) -> None:
-        self.name = record.name
-        self.record = record
-        self.plan = plan
-        self.dir = engine.state_dir / "views" / record.name
-        self.store = StateStore(self.dir / "state")
-        self.physical: PhysicalPlan = build_dataflow(plan, self.store)
-        self._state_time: int = self.store.committed_time or 0
-        self.recorded_time = 0  # state time last written to the catalog
-        # the columns (and types) of the sources this view reads, as when it was created
-        self.expected = SourceSchema.load(self.dir / _SOURCES_FILE)
-        if self.expected is None:
-            self.expected = SourceSchema.of_plan(plan.sources, self.physical.inputs)
-            self.expected.save(self.dir / _SOURCES_FILE)
-        columns = list(zip(plan.output_names, plan.output_types, strict=True))
-        # Spark runs each view's batches on its own thread: each view gets its own connection
-        self._own_conn = (
-            psycopg.connect(engine.dsn, autocommit=True) if engine.runner == "spark" else None
-        )
-        self.sink = ResultSink(
-            self._own_conn or engine.sink_conn,
-            record.name,
-            record.result_schema,
-            record.result_table,
-            columns,
-        )
-        # the LSN the result table reflects (ahead of state_time after a crash between the
-        # sink's commit and the state's: the transactions up to it are then applied to the
-        # state only)
-        self.sink_lsn: int = record.last_lsn or 0
-        self.stream = None  # engine.spark.streaming.StreamingView while running on Spark
-        self.writes = 0  # batches that wrote result rows
-        self.snapshot: PgSnapshot | None = self._load_snapshot()
-        # commit time of the last source transaction applied (list_views' lag)
-        self.last_commit: datetime | None = record.last_commit_time
-        self._projections: dict[tuple[str, tuple[str, ...]], Callable[[tuple], tuple]] = {}
-
-    # population snapshot ---------------------------------------------------------------------
-    def _load_snapshot(self) -> PgSnapshot | None:
-        p = self.dir / "population.json"
-        if not p.exists():
-            return None
-        d = json.loads(p.read_text())
-        return PgSnapshot(d["xmin"], d["xmax"], tuple(d["xip"]))
-
-    def save_snapshot(self, snap: PgSnapshot) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / "population.json.tmp"
-        tmp.write_text(json.dumps({"xmin": snap.xmin, "xmax": snap.xmax, "xip": list(snap.xip)}))
-        tmp.replace(self.dir / "population.json")
-        self.snapshot = snap
-
-    @property
-    def state_time(self) -> int:
-        """The time (LSN) the view's state is committed at. Cached: other threads read it while
-        the view's own thread may be using the store (a rocksdict is single-threaded)."""
-        return self._state_time
-
-    def committed(self, time_: int) -> None:
-        """Call right after the dataflow committed ``time_``."""
-        self._state_time = time_
-
-    @property
-    def inputs(self) -> dict[str, tuple[str, ...]]:
-        return self.physical.inputs
-
-    def project(self, table: str, batch: DiffBatch, column_names: tuple[str, ...]) -> DiffBatch:
-        wanted = self.inputs[table]
-        if column_names == wanted:
-            return batch
-        key = (table, column_names)
-        pick = self._projections.get(key)
-        if pick is None:
-            gone = self.expected.missing_columns(table, column_names)
-            if gone is not None:
-                raise SourceChanged(gone)
-            idx = [column_names.index(c) for c in wanted]
-            if len(idx) > 1:
-                pick = itemgetter(*idx)  # a tuple of the columns, in C
-            else:
-                pick = (lambda r, _i=idx[0]: (r[_i],)) if idx else (lambda r: ())
-            self._projections[key] = pick
-        return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
-
-    def reset_state(self) -> None:
-        """Close and delete the view's state and build an empty dataflow (re-population)."""
-        self.store.close()
-        shutil.rmtree(self.dir / "state", ignore_errors=True)
-        self.store = StateStore(self.dir / "state")
-        self.physical = build_dataflow(self.plan, self.store)
-        self._state_time = self.store.committed_time or 0
-        self._projections = {}
-
-    @property
-    def result_name(self) -> str:
-        return f"{self.record.result_schema}.{self.record.result_table}"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.dir / "checkpoint"
-
-    def close(self) -> None:
-        self.store.close()
-        if self._own_conn is not None:
-            self._own_conn.close()
-
-
-class Engine:
+class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     """Incremental materialized views over one Postgres database. See the module docstring."""
 
     def __init__(
@@ -236,7 +123,7 @@ class Engine:
         self.trigger_ms = trigger_ms
         self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
-        self.views: dict[str, _View] = {}
+        self.views: dict[str, ViewRuntime] = {}
         self.broken: dict[str, str] = {}  # views whose sources changed under them -> why
         try:
             if dsn is None:
@@ -281,11 +168,11 @@ class Engine:
     def _open_views(self) -> None:
         """Open every view of the catalog and the shared CDC reader; finish re-populations that
         a crash interrupted (their dir holds the marker with the time to re-populate at)."""
-        resume: list[tuple[_View, int]] = []
+        resume: list[tuple[ViewRuntime, int]] = []
         for record in self.catalog.all():
             if self._only is not None and record.name not in self._only:
                 continue
-            marker = self.state_dir / "views" / record.name / _REPOPULATE_MARKER
+            marker = self.state_dir / "views" / record.name / REPOPULATE_MARKER
             if record.phase == "populating" and not marker.exists():
                 continue  # an interrupted create_view: left for drop_view / re-creation
             if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
@@ -297,7 +184,7 @@ class Engine:
                     record.name, f"its query no longer plans over its sources ({e}); {SOURCE_FIX}"
                 )
                 continue
-            view = _View(self, record, plan)
+            view = ViewRuntime(self, record, plan)
             drift = view.expected.drift(self.conn)
             if drift is not None:
                 view.close()
@@ -318,15 +205,6 @@ class Engine:
         for view, time_ in resume:
             self._repopulate(view, time_)
         self.check_slot()
-
-    @property
-    def spark(self):
-        """The SparkSession (built on first use, ``engine.spark.session``)."""
-        if self._spark is None:
-            from engine.spark.session import get_spark
-
-            self._spark = get_spark(self.spark_conf, self.state_dir)
-        return self._spark
 
     # -- create ---------------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
@@ -360,7 +238,7 @@ class Engine:
         assert record is not None
         view = None
         try:
-            view = _View(self, record, plan)
+            view = ViewRuntime(self, record, plan)
             self._populate(view)
         except BaseException:
             if view is not None:
@@ -389,11 +267,11 @@ class Engine:
                 )
             )
 
-    def _populate(self, view: _View, time_: int = _POPULATION_TIME, lsn: int = 0) -> int:
+    def _populate(self, view: ViewRuntime, time_: int = POPULATION_TIME, lsn: int = 0) -> int:
         """Read every source in one snapshot, run the dataflow over it, write the result table
         (a new table, or only the difference to an existing one); returns the rows written.
 
-        The input goes through the dataflow in chunks of ``_POPULATION_CHUNK`` rows, each its
+        The input goes through the dataflow in chunks of ``POPULATION_CHUNK`` rows, each its
         own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
         tables' size; the chunks' outputs stream into the sink's population transaction (a
         Z-set: retractions of earlier chunks' rows net out). The state ends at ``time_`` (or
@@ -422,7 +300,7 @@ class Engine:
                         df.push(table, batch)
                         progress.update(len(batch))
                         pending += len(batch)
-                        if pending >= _POPULATION_CHUNK:
+                        if pending >= POPULATION_CHUNK:
                             t += 1
                             yield df.time_end(t).diffs
                             df.commit(t)
@@ -469,12 +347,12 @@ class Engine:
         shutil.rmtree(view.checkpoint, ignore_errors=True)  # offsets restart at the state time
         self.catalog.record_state({name: view.state_time})
 
-    def _repopulate(self, view: _View, time_: int) -> None:
+    def _repopulate(self, view: ViewRuntime, time_: int) -> None:
         """Send ``view`` back to population (seed 003): fresh state, a fresh snapshot, only the
         difference written to the result table; state and sink are then at ``time_`` and every
         later transaction not visible in the new snapshot is applied as usual."""
-        time_ = max(time_, _POPULATION_TIME)
-        marker = view.dir / _REPOPULATE_MARKER
+        time_ = max(time_, POPULATION_TIME)
+        marker = view.dir / REPOPULATE_MARKER
         view.dir.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(time_))
         self.catalog.set_phase(view.name, "populating", None)
@@ -527,69 +405,13 @@ class Engine:
             # decodes the WAL from its restart point) is housekeeping nobody waits for
             self._slot_keeper.request()
 
-    def _break(self, name: str, why: str) -> None:
-        """``name``'s sources changed under it: error phase with ``why``, no longer maintained
-        (its state and result table stay until it is dropped; other views go on)."""
-        log.warning("view %s stops: %s", name, why)
-        self.broken[name] = why
-        self.catalog.set_phase(name, "error", why)
-        view = self.views.pop(name, None)
-        if view is not None:
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
-            view.close()
-
-    def check_sources(self) -> dict[str, str]:
-        """Compare every open view's sources with the database; break those that changed.
-        Returns view name -> why, for every view broken so far."""
-        views = list(self.views.values())
-        tables = sorted({t for v in views for t in v.expected.tables})
-        current = current_columns(self.conn, tables) if tables else {}
-        for view in views:
-            drift = view.expected.drift(self.conn, current)
-            if drift is None and view.name in self.broken:  # a stream batch saw it first
-                drift = self.broken[view.name]
-            if drift is not None:
-                self._break(view.name, drift)
-        return dict(self.broken)
-
-    def check_slot(self) -> dict[str, str]:
-        """Re-populate the open views whose changes the replication slot no longer holds (it
-        was dropped, invalidated or re-created: ``engine.slot_guard``); the slot is re-created
-        first. Returns view name -> why (empty when the slot serves every view)."""
-        if not self.views:
-            return {}
-        state = slot_state(self.conn, SLOT)
-        needed = {v.name: max(v.state_time, v.record.state_lsn or 0) for v in self.views.values()}
-        lost = slot_losses(SLOT, state, needed)
-        if not lost:
-            return {}
-        if state.exists and not state.usable:
-            self.conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
-        self.reader.ensure(sorted(self._inputs_of_all()))  # creates the slot when missing
-        lsn = self.reader.confirmed_lsn()
-        for name, why in lost.items():
-            view = self.views[name]
-            log.warning("view %s is re-populated: %s", name, why)
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
-            self._repopulate(view, lsn)
-            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
-            self.catalog.record_state({name: view.state_time})
-            self.catalog.set_phase(name, "running", f"re-populated: {why}")
-            view.record = self.catalog.get(name) or view.record
-        self.reader.rewind(min(v.state_time for v in self.views.values()))
-        return lost
-
     def _catch_up_local(self, deadline: float, timeout_s: float) -> None:
         self.check_sources()
         self.check_slot()
         self._downstream_dirty = False
         target = self.reader.flush_wal()
         while True:
-            txs = self.reader.poll(_POLL_CHANGES)
+            txs = self.reader.poll(POLL_CHANGES)
             if txs:
                 self._apply(txs, self.views.values())
             if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
@@ -603,11 +425,11 @@ class Engine:
                     "again (or with a larger timeout_s); the views keep what they applied"
                 )
 
-    def _record_states(self, views: Iterable[_View]) -> None:
+    def _record_states(self, views: Iterable[ViewRuntime]) -> None:
         changed = {
             v: v.state_time
             for v in views
-            if v.state_time > _POPULATION_TIME and v.state_time != v.recorded_time
+            if v.state_time > POPULATION_TIME and v.state_time != v.recorded_time
         }
         self._advance_catalog.record_state({v.name: t for v, t in changed.items()})
         for v, t in changed.items():
@@ -625,81 +447,6 @@ class Engine:
             target = self._advance_catalog.min_state_lsn()
             if target is not None:
                 self._advancer.advance(target)
-
-    # -- running on Spark -----------------------------------------------------------------------
-    def _start_streams(self, views: Iterable[_View]) -> None:
-        """Start the streaming queries of ``views`` that are not running."""
-        from engine.spark.streaming import start_all
-
-        todo = [v for v in views if v.stream is None or not v.stream.active]
-        for view in todo:
-            view.stream = self._stream(view)
-        start_all([v.stream for v in todo])
-
-    def _stream(self, view: _View):
-        from engine.spark.streaming import StreamingView
-
-        return StreamingView(
-            self.spark,
-            view.name,
-            lambda txs, v=view: self._apply_stream_batch(v, txs),
-            dsn=self.dsn,
-            slot=SLOT,
-            publication=PUBLICATION,
-            tables=list(view.inputs),
-            start_lsn=view.state_time,
-            checkpoint=view.checkpoint,
-            trigger_ms=self.trigger_ms,
-        )
-
-    def _apply_stream_batch(self, view: _View, txs: list[Transaction]) -> None:
-        """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
-        if view.name in self.broken:
-            return  # its sources changed: the run loop stops its query
-        try:
-            self._apply_view(view, txs, txs[-1].end_lsn)
-        except SourceChanged as e:
-            self.broken[view.name] = str(e)
-            self._advance_catalog.set_phase(view.name, "error", str(e))
-            return
-        if time.monotonic() >= self._next_advance:
-            # advancing decodes the WAL from the slot's restart point: not after every batch
-            self._next_advance = time.monotonic() + _ADVANCE_EVERY_S
-            self._slot_keeper.request()
-
-    def _last_commit_upto(self, target: int) -> int | None:
-        """End LSN of the last transaction in the slot that ends at or before ``target``."""
-        with self._advance_lock:
-            ends, _ = self._advancer.commit_ends(None)  # type: ignore[arg-type]
-        done = [end for end, _ in ends if end <= target]
-        return done[-1] if done else None
-
-    def _catch_up_spark(self, deadline: float, timeout_s: float) -> None:
-        """Start the views' streaming queries if needed and wait until each has applied every
-        transaction committed before the call (and, for views on views, what the upstream views
-        wrote meanwhile)."""
-        self._start_streams(self.views.values())
-        upstream = {v.name for v in self.views.values() if v.result_name in self._inputs_of_all()}
-        while True:
-            writes = {n: self.views[n].writes for n in upstream}
-            target = self._last_commit_upto(self.reader.flush_wal())
-            while target is not None:
-                failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
-                failed = [(n, f) for n, f in failed if f]
-                if failed:
-                    name, why = failed[0]
-                    raise ViewError(f"view {name}: its streaming query failed: {why}")
-                if all(v.state_time >= target for v in self.views.values()):
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
-                        "again (or with a larger timeout_s); the views keep what they applied"
-                    )
-                time.sleep(0.02)
-            if all(self.views[n].writes == writes[n] for n in upstream):
-                self._slot_keeper.request()
-                return
 
     def run(
         self, views: Iterable[str] | None = None, *, heartbeat_s: float = 1.0, stop=None
@@ -775,7 +522,7 @@ class Engine:
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
 
-    def _run_once(self, running: list[_View]) -> None:
+    def _run_once(self, running: list[ViewRuntime]) -> None:
         """One step of ``run``: a poll of the slot (runner local), or a check of the streams."""
         if self.runner == "local":
             self._run_local_once(running)
@@ -787,152 +534,6 @@ class Engine:
                     raise psycopg.OperationalError(f"view {view.name}'s streaming query: {why}")
                 self.catalog.set_phase(view.name, "error", why)
                 raise ViewError(f"view {view.name}: its streaming query failed: {why}")
-
-    def _db_down(self) -> bool:
-        """Whether the database is unreachable right now (a fresh connection fails)."""
-        try:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-                conn.execute("SELECT 1")
-            return False
-        except psycopg.Error:
-            return True
-
-    def _reopen(self) -> None:
-        """Close every connection, stream and open view and open them again: after an outage of
-        the database. Nothing is lost or doubled: each view resumes from its committed state,
-        the result tables skip the transactions they already hold (their LSN)."""
-        self._close_connections()
-        self.conn = psycopg.connect(self.dsn, autocommit=True)
-        self.sink_conn = psycopg.connect(self.dsn, autocommit=True)
-        self.catalog = ViewCatalog.open(self.conn)
-        self.sources = PostgresCatalog(self.conn)
-        self._open_views()
-
-    def _close_connections(self) -> None:
-        """Best effort: streams, the slot keeper, views' state and connections (after an outage
-        most of them are broken already)."""
-        steps: list[Callable[[], object]] = []
-        for view in self.views.values():
-            if view.stream is not None:
-                steps.append(view.stream.stop)
-        if hasattr(self, "_slot_keeper"):
-            steps.append(self._slot_keeper.stop)
-        steps += [view.close for view in self.views.values()]
-        steps += [self.reader.close, self._advancer.close, self._advance_catalog.conn.close]
-        steps += [self.conn.close, self.sink_conn.close]
-        for step in steps:
-            try:
-                step()
-            except Exception as e:
-                log.debug("closing after an outage: %s", e)
-        for view in self.views.values():
-            view.stream = None
-        self.views.clear()
-
-    def _run_local_once(self, running: list[_View]) -> None:
-        """One poll of the slot applied to ``running`` (runner local's streaming loop)."""
-        txs = self.reader.poll(_POLL_CHANGES)
-        if txs:
-            self._apply(txs, running)
-            self._slot_keeper.request()
-
-    def _apply(self, txs: list[Transaction], views: Iterable[_View]) -> None:
-        """One polled batch to ``views``. If a view fails (its sink, say), it kept its state
-        before the batch: the reader is rewound so the batch is read again next time (views
-        that applied it skip it), then the error is raised."""
-        end = txs[-1].end_lsn
-        views = [v for v in views if v.name in self.views]  # not the ones broken meanwhile
-        downstream = self._inputs_of_all()
-        try:
-            for view in views:
-                try:
-                    wrote = self._apply_view(view, txs, end)
-                except SourceChanged as e:
-                    self._break(view.name, str(e))
-                    continue
-                if wrote and view.result_name in downstream:
-                    self._downstream_dirty = True
-        except BaseException:
-            self.reader.rewind(min(v.state_time for v in views))
-            raise
-
-    def _apply_view(self, view: _View, txs: list[Transaction], end: int) -> bool:
-        """Apply the transactions of ``txs`` the view has not applied yet, as one time ``end``.
-        Returns whether result rows were written (a re-population flags its own writes).
-
-        A transaction that TRUNCATEs one of the view's inputs sends the view back to population
-        (at the time the view had reached before this batch): the fresh snapshot holds that
-        transaction and everything before it, so diffs pushed so far are dropped with the old
-        state, and the batch is scanned again from its start, applying what the new snapshot
-        does not show (the xid rule; a transaction committed just before the TRUNCATE but not
-        yet visible when the snapshot was taken is thus not lost)."""
-        base = view.state_time
-        if end <= base:
-            return False
-        if base < view.sink_lsn < end:
-            # the result table already reflects the transactions up to sink_lsn (a crash came
-            # between the sink's commit and the state's): apply those to the state alone first
-            head = [tx for tx in txs if tx.end_lsn <= view.sink_lsn]
-            self._apply_view(view, head, view.sink_lsn)
-            txs = [tx for tx in txs if tx.end_lsn > view.sink_lsn]
-            base = view.state_time
-        repopulations = 0
-        i = 0
-        last_commit = None
-        while i < len(txs):
-            tx = txs[i]
-            i += 1
-            if tx.end_lsn <= base:
-                continue
-            if view.snapshot is not None and visible_in_snapshot(tx.xid, view.snapshot):
-                continue
-            inputs = view.inputs
-            if tx.truncated.intersection(inputs):
-                repopulations += 1
-                if repopulations > len(txs) + 1:
-                    raise ViewError(
-                        f"view {view.name}: a TRUNCATE of its inputs at LSN {tx.end_lsn:X} stays "
-                        "invisible to fresh snapshots; check the server, then catch_up again"
-                    )
-                self._repopulate(view, base)
-                i = 0
-                last_commit = tx.commit_ts
-                continue
-            df = view.physical.dataflow
-            for table, batch in tx.changes.items():
-                if table in inputs and batch:
-                    cols = tuple(c.name for c in tx.relations[table].columns)
-                    df.push(table, view.project(table, batch, cols))
-                    last_commit = tx.commit_ts
-        df = view.physical.dataflow
-        out = df.time_end(end)
-        try:
-            if view.sink.apply(out.diffs, end, last_commit):
-                view.sink_lsn = end
-        except Exception as e:
-            df.abort()
-            self.catalog.set_phase(view.name, "sink_error", str(e))
-            view.record = self.catalog.get(view.name) or view.record
-            raise ViewError(f"view {view.name}: writing the result table failed: {e}") from e
-        df.commit(end)
-        view.committed(end)
-        if last_commit is not None:
-            view.last_commit = last_commit
-        if out.errs or view.record.phase in ("error", "sink_error"):
-            # also after a sink failure the database recovered from (seed 003: retried, not
-            # re-populated): back to running, or to error while the errs collection holds rows
-            self._record_errors(view, df.errors())
-        if out.diffs:
-            view.writes += 1
-        return bool(out.diffs)
-
-    def _record_errors(self, view: _View, errors: dict[str, int]) -> None:
-        """Phase ``error`` (with one message) while the errs collection is non-empty, else running."""
-        phase = "error" if errors else "running"
-        message = min(errors) if errors else None
-        if (view.record.phase, view.record.last_error) != (phase, message):
-            self.catalog.set_phase(view.name, phase, message)
-            view.record = self.catalog.get(view.name) or view.record
 
     # -- inspection -----------------------------------------------------------------------------
     def list_views(self) -> list[ViewStatus]:
@@ -1054,7 +655,7 @@ class Engine:
 
     def _tables_needed_by(self, record: ViewRecord) -> list[str]:
         """Source tables of a view this process has not opened (or could not: a broken one)."""
-        expected = SourceSchema.load(self.state_dir / "views" / record.name / _SOURCES_FILE)
+        expected = SourceSchema.load(self.state_dir / "views" / record.name / SOURCES_FILE)
         if expected is not None:
             return list(expected.tables)
         return self._tables_of(record.sql)

@@ -143,20 +143,17 @@ def _weights_and_first_digits(c: np.ndarray, e: int) -> tuple[np.ndarray, np.nda
     return np.where(zero, 0, weight), np.where(zero, 0, first)
 
 
-_POW10_256 = None
-
-
 def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray):
     """``pg_numeric_div_texts`` over int64 arrays, as a pyarrow string array, with no per-value
-    Python where the quotient's digits fit Arrow's decimal256 (numerators of int64, counts below
-    10**9: every avg): ``10**k * |num| // den`` and the half-away-from-zero rounding run as
-    decimal256 kernels, and the text is joined by string kernels."""
+    Python where the denominators are below 10**9 (every avg: they are counts).
+
+    The result scales come from ``select_div_scale`` in numpy; the quotients by long division
+    in numpy, nine decimal digits a step (``|num| // den``, then the remainder times 10**9 ...),
+    one pass per distinct number of fraction digits, rounded half away from zero with the carry
+    propagated through the digit groups; the text is joined by Arrow string kernels."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    global _POW10_256
-    if _POW10_256 is None:
-        _POW10_256 = pa.array([Decimal(10) ** i for i in range(45)], pa.decimal256(46, 0))
     a = np.abs(nums)
     b = dens.astype(np.int64)
     w1, f1 = _weights_and_first_digits(a, -num_scale)
@@ -165,18 +162,50 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     rscale = np.maximum(_NUMERIC_MIN_SIG_DIGITS - qweight * 4, max(num_scale, 0))
     rscale = np.minimum(rscale, _NUMERIC_MAX_DISPLAY_SCALE)
     k = rscale - num_scale
-    fast = (b > 0) & (b < 10**9) & (k >= 0) & (k <= 44) & (nums != np.iinfo(np.int64).min)
+    fast = (b > 0) & (b < 10**9) & (k >= 0) & (k <= 90) & (a < np.iinfo(np.int64).max)
     if not fast.all():
         texts = pg_numeric_div_texts(nums.tolist(), num_scale, dens.tolist())
         return pa.array(texts, pa.string())
-    big = pa.array(a).cast(pa.decimal256(19, 0))
-    numer = pc.multiply(big, _POW10_256.take(pa.array(k))).cast(pa.decimal256(65, 0))
-    den = pa.array(b).cast(pa.decimal256(19, 0)).cast(pa.decimal256(10, 0))
-    q = pc.floor(pc.divide(numer, den)).cast(pa.decimal256(65, 0))
-    r = pc.subtract(numer, pc.multiply(q, den).cast(pa.decimal256(65, 0)))
-    up = pc.greater_equal(pc.multiply(r, pa.scalar(Decimal(2), pa.decimal256(1, 0))), den)
-    q = pc.if_else(up, pc.add(q, pa.scalar(Decimal(1), pa.decimal256(1, 0))), q)
-    digits = pc.cast(q.cast(pa.decimal256(66, 0)), pa.string())
-    negative = (nums < 0) & np.asarray(pc.not_equal(q, pa.scalar(Decimal(0), pa.decimal256(1, 0))))
-    sign = pc.if_else(pa.array(negative), "-", "")
+    parts, order = [], []
+    for kk in np.unique(k).tolist():
+        idx = np.flatnonzero(k == kk)
+        parts.append(_quotient_digits(a[idx], b[idx], kk))
+        order.append(idx)
+    digits = pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(order))))
+    digits = pc.utf8_ltrim(digits, "0")
+    zero = pc.equal(pc.utf8_length(digits), 0)
+    digits = pc.if_else(zero, "0", digits)
+    sign = pc.if_else(pa.array(nums < 0) if len(nums) else pa.array([], pa.bool_()), "-", "")
+    sign = pc.if_else(zero, "", sign)
     return pc.binary_join_element_wise(sign, digits, "E-", pa.array(rscale).cast(pa.string()), "")
+
+
+_LIMB = 10**9
+
+
+def _quotient_digits(a: np.ndarray, b: np.ndarray, k: int):
+    """The digits of round_half_up(a * 10**k / b) (a, b > 0 int64, b < 10**9), zero-padded
+    after the integer part, as a pyarrow string array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    q0, r = a // b, a % b
+    widths = [9] * (k // 9) + ([k % 9] if k % 9 else [])
+    chunks = []
+    for w in widths:  # long division, w digits at a time (r < b < 10**9: no overflow)
+        t = r * 10**w
+        chunks.append(t // b)
+        r = t % b
+    carry = (2 * r >= b).astype(np.int64)
+    for j in range(len(chunks) - 1, -1, -1):
+        c = chunks[j] + carry
+        limit = 10 ** widths[j]
+        carry = (c >= limit).astype(np.int64)
+        chunks[j] = c - carry * limit
+    q0 = q0 + carry
+    pieces = [pc.cast(pa.array(q0), pa.string())]
+    for c, w in zip(chunks, widths, strict=True):
+        pieces.append(pc.utf8_lpad(pc.cast(pa.array(c), pa.string()), w, "0"))
+    if len(pieces) == 1:
+        return pieces[0]
+    return pc.binary_join_element_wise(*pieces, "")

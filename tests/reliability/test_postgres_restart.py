@@ -22,7 +22,7 @@ import time
 import psycopg
 import pytest
 
-from engine.engine import Engine
+from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.postgres_server import PostgresServer
 

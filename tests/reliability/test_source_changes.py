@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import psycopg
 
-from engine.engine import Engine
+from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
 
 VIEWS = {

@@ -106,6 +106,8 @@ def _column_bytes(column: pa.Array) -> list[pa.Array]:
         be[valid[:, 0] == 0] = 0
         v = be.view(np.uint8).reshape(-1, 16)
     elif pa.types.is_integer(t) or pa.types.is_temporal(t):
+        if pa.types.is_temporal(t):  # its integer storage (Arrow casts no date to int64)
+            column = column.view(pa.int32() if t.bit_width == 32 else pa.int64())
         raw = np.asarray(pc.fill_null(column.cast(pa.int64()), 0), dtype=np.int64)
         v = raw.astype(">i8").view(np.uint8).reshape(-1, 8)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
 from decimal import Decimal
@@ -23,6 +24,8 @@ FLOATS = [0.0, -0.0, 1.5, float("nan"), -float("nan"), float("inf"), None]
 TEXTS = ["", "a", "ab", "a\x00", "é", None]
 INTS = [0, 1, -1, 2**40, -(2**62), None]
 DECIMALS = [Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"), Decimal("99999.99"), None]
+DATES = [datetime.date(2024, 1, 1), datetime.date(1999, 12, 31), datetime.date(1970, 1, 1), None]
+STAMPS = [datetime.datetime(2024, 1, 1, 12, 0), datetime.datetime(1960, 5, 1), None]
 
 
 def _random_columns(rng: random.Random, n: int) -> tuple[list[list], list[pa.Array]]:
@@ -32,6 +35,8 @@ def _random_columns(rng: random.Random, n: int) -> tuple[list[list], list[pa.Arr
         (INTS, pa.int64()),
         (DECIMALS, pa.decimal128(10, 2)),
         ([True, False, None], pa.bool_()),
+        (DATES, pa.date32()),
+        (STAMPS, pa.timestamp("us")),
     ]
     chosen = rng.sample(pools, rng.randint(1, len(pools)))
     values = [[rng.choice(pool) for _ in range(n)] for pool, _ in chosen]

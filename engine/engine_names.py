@@ -1,0 +1,18 @@
+"""Names and defaults the engine's modules share: the slot and publication, population times.
+
+Kept apart so that ``engine.engine`` and the modules it is assembled from (``view_runtime``,
+``applying``, ``recovery``, ``spark_runner``) import them without importing each other.
+"""
+
+from __future__ import annotations
+
+SLOT = "incview_slot"
+PUBLICATION = "incview_pub"
+POPULATION_TIME = 1
+# changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
+# fewer, larger polls cost less (a transaction always comes whole, however large)
+POLL_CHANGES = 100_000
+POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
+ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
+REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
+SOURCES_FILE = "sources.json"  # the columns of its sources a view reads (engine.source_schema)

@@ -1,0 +1,101 @@
+"""``SparkRunnerMixin``: an ``Engine``'s views as Spark Structured Streaming queries.
+
+One query per view (``engine.spark.streaming``) whose micro-batches go through the same
+``_apply_view`` as the local runner; ``catch_up`` waits for the queries to reach the WAL
+position of the call. Mixed into ``Engine``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
+from engine.errors import SourceChanged, ViewError
+from engine.postgres.cdc import Transaction
+from engine.view_runtime import ViewRuntime
+
+
+class SparkRunnerMixin:
+    @property
+    def spark(self):
+        """The SparkSession (built on first use, ``engine.spark.session``)."""
+        if self._spark is None:
+            from engine.spark.session import get_spark
+
+            self._spark = get_spark(self.spark_conf, self.state_dir)
+        return self._spark
+
+    def _start_streams(self, views: Iterable[ViewRuntime]) -> None:
+        """Start the streaming queries of ``views`` that are not running."""
+        from engine.spark.streaming import start_all
+
+        todo = [v for v in views if v.stream is None or not v.stream.active]
+        for view in todo:
+            view.stream = self._stream(view)
+        start_all([v.stream for v in todo])
+
+    def _stream(self, view: ViewRuntime):
+        from engine.spark.streaming import StreamingView
+
+        return StreamingView(
+            self.spark,
+            view.name,
+            lambda txs, v=view: self._apply_stream_batch(v, txs),
+            dsn=self.dsn,
+            slot=SLOT,
+            publication=PUBLICATION,
+            tables=list(view.inputs),
+            start_lsn=view.state_time,
+            checkpoint=view.checkpoint,
+            trigger_ms=self.trigger_ms,
+        )
+
+    def _apply_stream_batch(self, view: ViewRuntime, txs: list[Transaction]) -> None:
+        """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
+        if view.name in self.broken:
+            return  # its sources changed: the run loop stops its query
+        try:
+            self._apply_view(view, txs, txs[-1].end_lsn)
+        except SourceChanged as e:
+            self.broken[view.name] = str(e)
+            self._advance_catalog.set_phase(view.name, "error", str(e))
+            return
+        if time.monotonic() >= self._next_advance:
+            # advancing decodes the WAL from the slot's restart point: not after every batch
+            self._next_advance = time.monotonic() + ADVANCE_EVERY_S
+            self._slot_keeper.request()
+
+    def _last_commit_upto(self, target: int) -> int | None:
+        """End LSN of the last transaction in the slot that ends at or before ``target``."""
+        with self._advance_lock:
+            ends, _ = self._advancer.commit_ends(None)  # type: ignore[arg-type]
+        done = [end for end, _ in ends if end <= target]
+        return done[-1] if done else None
+
+    def _catch_up_spark(self, deadline: float, timeout_s: float) -> None:
+        """Start the views' streaming queries if needed and wait until each has applied every
+        transaction committed before the call (and, for views on views, what the upstream views
+        wrote meanwhile)."""
+        self._start_streams(self.views.values())
+        upstream = {v.name for v in self.views.values() if v.result_name in self._inputs_of_all()}
+        while True:
+            writes = {n: self.views[n].writes for n in upstream}
+            target = self._last_commit_upto(self.reader.flush_wal())
+            while target is not None:
+                failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
+                failed = [(n, f) for n, f in failed if f]
+                if failed:
+                    name, why = failed[0]
+                    raise ViewError(f"view {name}: its streaming query failed: {why}")
+                if all(v.state_time >= target for v in self.views.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
+                        "again (or with a larger timeout_s); the views keep what they applied"
+                    )
+                time.sleep(0.02)
+            if all(self.views[n].writes == writes[n] for n in upstream):
+                self._slot_keeper.request()
+                return

@@ -1,0 +1,139 @@
+"""``ViewRuntime``: one view at run time inside an ``Engine``: plan, dataflow, state, sink.
+
+It owns the view's state store and result sink, knows the columns its dataflow reads from each
+source (and what they were when the view was created: ``SourceSchema``), projects incoming
+changes onto them, and keeps the view's population snapshot and committed state time. It must
+not poll the slot or decide anything about other views: the ``Engine`` drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from datetime import datetime
+from operator import itemgetter
+from pathlib import Path
+
+import psycopg
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.state.store import StateStore
+from engine.engine_names import SOURCES_FILE
+from engine.errors import SourceChanged
+from engine.postgres.cdc import PgSnapshot
+from engine.postgres.sink import ResultSink
+from engine.postgres.view_catalog import ViewRecord
+from engine.source_schema import SourceSchema
+from engine.sql.physical_planner import PhysicalPlan
+from engine.sql.planner import ViewPlan, build_dataflow
+
+
+class ViewRuntime:
+    """One view at run time: plan, dataflow, state, sink, population snapshot."""
+
+    def __init__(self, engine, record: ViewRecord, plan: ViewPlan) -> None:
+        self.name = record.name
+        self.record = record
+        self.plan = plan
+        self.dir = engine.state_dir / "views" / record.name
+        self.store = StateStore(self.dir / "state")
+        self.physical: PhysicalPlan = build_dataflow(plan, self.store)
+        self._state_time: int = self.store.committed_time or 0
+        self.recorded_time = 0  # state time last written to the catalog
+        # the columns (and types) of the sources this view reads, as when it was created
+        self.expected = SourceSchema.load(self.dir / SOURCES_FILE)
+        if self.expected is None:
+            self.expected = SourceSchema.of_plan(plan.sources, self.physical.inputs)
+            self.expected.save(self.dir / SOURCES_FILE)
+        columns = list(zip(plan.output_names, plan.output_types, strict=True))
+        # Spark runs each view's batches on its own thread: each view gets its own connection
+        self._own_conn = (
+            psycopg.connect(engine.dsn, autocommit=True) if engine.runner == "spark" else None
+        )
+        self.sink = ResultSink(
+            self._own_conn or engine.sink_conn,
+            record.name,
+            record.result_schema,
+            record.result_table,
+            columns,
+        )
+        # the LSN the result table reflects (ahead of state_time after a crash between the
+        # sink's commit and the state's: the transactions up to it are then applied to the
+        # state only)
+        self.sink_lsn: int = record.last_lsn or 0
+        self.stream = None  # engine.spark.streaming.StreamingView while running on Spark
+        self.writes = 0  # batches that wrote result rows
+        self.snapshot: PgSnapshot | None = self._load_snapshot()
+        # commit time of the last source transaction applied (list_views' lag)
+        self.last_commit: datetime | None = record.last_commit_time
+        self._projections: dict[tuple[str, tuple[str, ...]], Callable[[tuple], tuple]] = {}
+
+    # population snapshot ---------------------------------------------------------------------
+    def _load_snapshot(self) -> PgSnapshot | None:
+        p = self.dir / "population.json"
+        if not p.exists():
+            return None
+        d = json.loads(p.read_text())
+        return PgSnapshot(d["xmin"], d["xmax"], tuple(d["xip"]))
+
+    def save_snapshot(self, snap: PgSnapshot) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "population.json.tmp"
+        tmp.write_text(json.dumps({"xmin": snap.xmin, "xmax": snap.xmax, "xip": list(snap.xip)}))
+        tmp.replace(self.dir / "population.json")
+        self.snapshot = snap
+
+    @property
+    def state_time(self) -> int:
+        """The time (LSN) the view's state is committed at. Cached: other threads read it while
+        the view's own thread may be using the store (a rocksdict is single-threaded)."""
+        return self._state_time
+
+    def committed(self, time_: int) -> None:
+        """Call right after the dataflow committed ``time_``."""
+        self._state_time = time_
+
+    @property
+    def inputs(self) -> dict[str, tuple[str, ...]]:
+        return self.physical.inputs
+
+    def project(self, table: str, batch: DiffBatch, column_names: tuple[str, ...]) -> DiffBatch:
+        wanted = self.inputs[table]
+        if column_names == wanted:
+            return batch
+        key = (table, column_names)
+        pick = self._projections.get(key)
+        if pick is None:
+            gone = self.expected.missing_columns(table, column_names)
+            if gone is not None:
+                raise SourceChanged(gone)
+            idx = [column_names.index(c) for c in wanted]
+            if len(idx) > 1:
+                pick = itemgetter(*idx)  # a tuple of the columns, in C
+            else:
+                pick = (lambda r, _i=idx[0]: (r[_i],)) if idx else (lambda r: ())
+            self._projections[key] = pick
+        return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
+
+    def reset_state(self) -> None:
+        """Close and delete the view's state and build an empty dataflow (re-population)."""
+        self.store.close()
+        shutil.rmtree(self.dir / "state", ignore_errors=True)
+        self.store = StateStore(self.dir / "state")
+        self.physical = build_dataflow(self.plan, self.store)
+        self._state_time = self.store.committed_time or 0
+        self._projections = {}
+
+    @property
+    def result_name(self) -> str:
+        return f"{self.record.result_schema}.{self.record.result_table}"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "checkpoint"
+
+    def close(self) -> None:
+        self.store.close()
+        if self._own_conn is not None:
+            self._own_conn.close()
