@@ -247,6 +247,6 @@ def test_population_in_many_small_chunks(pg_dsn, tmp_path, monkeypatch):
     still populates and then maintains exactly what Postgres computes."""
     import engine.engine
 
-    monkeypatch.setattr(engine.engine, "_POPULATION_CHUNK", 37)
+    monkeypatch.setattr(engine.engine, "POPULATION_CHUNK", 37)
     during, _ = run_engine_oracle(pg_dsn, tmp_path / "state", QUICK, batches=2, seed=23)
     assert during > 0
