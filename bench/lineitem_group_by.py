@@ -151,14 +151,18 @@ def run(
 
 
 def bench(rows: int, batch: int, batches: int, cache_mb: int = 64) -> dict:
-    """Both paths on the same data; prints the table and returns the figures."""
+    """Both paths on the same data, in both shapes; prints the tables, returns the figures
+    (shape -> path -> figures)."""
+    return {shape: bench_shape(shape, rows, batch, batches, cache_mb) for shape in SHAPES}
+
+
+def bench_shape(shape: str, rows: int, batch: int, batches: int, cache_mb: int) -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ("columnar", "row"):
-            out[kind] = run(kind, rows, batch, batches, cache_mb, Path(tmp))
+            out[kind] = run(kind, shape, rows, batch, batches, cache_mb, Path(tmp))
             gc.collect()
-    groups = max(1, rows // 4)
-    print(f"\n== group-by count/sum/avg, lineitem by l_orderkey: {rows:,} rows, ~{groups:,} groups")
+    print(f"\n== group-by count/sum/avg over lineitem, {shape}: {rows:,} rows")
     print(f"   {'path':10} {'load s':>8} {'ms/batch':>9} {'diffs/s':>11}")
     for kind, r in out.items():
         print(f"   {kind:10} {r['load_s']:8.1f} {r['median_ms']:9.1f} {r['diffs_per_s']:11,.0f}")
