@@ -1,7 +1,8 @@
 """The planner's front end: parse a view's SQL with sqlglot and check it is a query we can plan.
 
 ``parse_query`` accepts exactly one PostgreSQL SELECT (with WITH / set operations), refuses DML,
-DDL and several statements, and turns sqlglot's parse errors into ``UnsupportedSQL`` carrying the
+DDL and several statements, folds unquoted identifiers to lower case as
+Postgres does, and turns sqlglot's parse errors into ``UnsupportedSQL`` carrying the
 line and column. ``position`` / ``at`` give any node's position for messages elsewhere in the
 planner. This module must not resolve names or build plans.
 """
@@ -12,6 +13,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from engine.errors import UnsupportedSQL
 
@@ -122,4 +124,5 @@ def parse_query(sql: str) -> exp.Expression:
         raise unsupported(query, f"a view must be a SELECT query, not {kind}")
     if isinstance(query, exp.Select) and query.args.get("into"):
         raise unsupported(query.args["into"], "SELECT INTO is not a query", "Remove INTO")
-    return query
+    # Postgres folds unquoted identifiers to lower case (FROM Orders is orders); quoted keep case
+    return normalize_identifiers(query, dialect=DIALECT)

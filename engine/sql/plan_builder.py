@@ -208,6 +208,30 @@ class _Builder:
                     "ROLLUP/CUBE/GROUPING SETS are not supported",
                     "Use UNION ALL of GROUP BYs",
                 )
+            if isinstance(node, exp.Join) and _join_lacks_condition(node):
+                raise unsupported(
+                    node,
+                    "syntax error: JOIN without a join condition",
+                    "Add ON <condition> or USING (...), or write CROSS JOIN",
+                )
+            if isinstance(node, exp.TableSample):
+                raise unsupported(
+                    node,
+                    "TABLESAMPLE is not deterministic (it picks a random sample)",
+                    "Filter on a column instead",
+                )
+            if (
+                isinstance(node, exp.Select)
+                and isinstance(node.args.get("distinct"), exp.Distinct)
+                and node.args["distinct"].args.get("on") is not None
+                and not node.args.get("order")
+            ):
+                raise unsupported(
+                    node.args["distinct"],
+                    "DISTINCT ON without ORDER BY keeps an arbitrary row of each group",
+                    "Add an ORDER BY that starts with the DISTINCT ON expressions and makes the "
+                    "choice unique",
+                )
             if isinstance(node, exp.Lock):
                 raise unsupported(node, "FOR UPDATE/SHARE has no meaning in a view")
             if (
@@ -858,3 +882,15 @@ class _Builder:
 
         cols = [ColumnRef(f.name, f.qualifier, f.type, f.nullable) for f in fields]
         return list(compile_expressions(list(exprs), cols).types)
+
+
+def _join_lacks_condition(join: exp.Join) -> bool:
+    """A ``JOIN`` keyword (not a comma, CROSS or NATURAL join) with no ON/USING, or an empty ON:
+    Postgres rejects both as syntax errors. sqlglot records ``pivots`` only for keyword joins."""
+    if "on" in join.args and join.args["on"] is None:
+        return True
+    if "pivots" not in join.args:
+        return False  # FROM a, b
+    if (join.args.get("kind") or "").upper() == "CROSS" or join.args.get("method"):
+        return False
+    return join.args.get("on") is None and not join.args.get("using")

@@ -550,6 +550,13 @@ QUERIES = [
         "SELECT customer_id FROM orders WHERE status = 'new'",
         id="except-all-same-table-nulls",
     ),
+    # -- names as Postgres folds them; a CTE under two aliases (issue 18) -------------------------
+    Q("SELECT ID, Qty FROM Orders WHERE QTY > 1", id="names-fold-to-lower-case"),
+    Q(
+        "WITH t AS (SELECT customer_id AS i, qty FROM orders) "
+        "SELECT t1.i, t1.qty AS a, t2.qty AS b FROM t t1 JOIN t t2 ON t1.i = t2.i",
+        id="cte-self-join-two-aliases",
+    ),
 ]
 
 

@@ -278,6 +278,43 @@ BAD = [
         id="union-arity",
     ),
     B("SELECT id FROM orders FOR UPDATE", ["FOR UPDATE"], None, id="for-update"),
+    # -- what Postgres rejects or what is not deterministic ------------------------------------
+    B(
+        "SELECT o.id FROM orders o JOIN customers c ON",
+        ["JOIN without a join condition"],
+        "line 1",
+        id="join-empty-on",
+    ),
+    B(
+        "SELECT o.id FROM orders o JOIN customers c",
+        ["JOIN without a join condition"],
+        "line 1",
+        id="join-no-on",
+    ),
+    B(
+        "SELECT id FROM orders TABLESAMPLE SYSTEM (10)",
+        ["TABLESAMPLE is not deterministic"],
+        "line 1",
+        id="tablesample",
+    ),
+    B(
+        "SELECT DISTINCT ON (qty) id FROM orders",
+        ["DISTINCT ON without ORDER BY"],
+        "line 1",
+        id="distinct-on-no-order",
+    ),
+    B(
+        "SELECT xmin, id FROM orders",
+        ["unknown column 'xmin'"],
+        "line 1, column 8",
+        id="system-column-xmin",
+    ),
+    B(
+        "SELECT ctid FROM Orders",
+        ["unknown column 'ctid'"],
+        "line 1, column 8",
+        id="system-column-ctid",
+    ),
 ]
 
 
