@@ -109,11 +109,7 @@ def pg_numeric_div_texts(nums: list[int], num_scale: int, dens: list[int]) -> li
         return out
     a = np.abs(num[idx].astype(np.int64))
     b = np.array(dens, dtype=np.int64)[idx]
-    w1, f1 = _weights_and_first_digits(a, -num_scale)
-    w2, f2 = _weights_and_first_digits(b, 0)
-    qweight = w1 - w2 - (f1 <= f2).astype(np.int64)
-    rscale = np.maximum(_NUMERIC_MIN_SIG_DIGITS - qweight * 4, max(num_scale, 0))
-    rscale = np.minimum(rscale, _NUMERIC_MAX_DISPLAY_SCALE)
+    rscale = _result_scales(a, num_scale, b)
     k = rscale - num_scale
     for i, ai, bi, ki, ri in zip(
         idx.tolist(), a.tolist(), b.tolist(), k.tolist(), rscale.tolist(), strict=True
@@ -129,6 +125,15 @@ def pg_numeric_div_texts(nums: list[int], num_scale: int, dens: list[int]) -> li
         sign = "-" if q and nums[i] < 0 else ""
         out[i] = f"{sign}{q}E-{ri}"
     return out
+
+
+def _result_scales(a: np.ndarray, num_scale: int, b: np.ndarray) -> np.ndarray:
+    """Postgres' ``select_div_scale`` of ``a * 10**-num_scale / b`` (non-negative int64 arrays)."""
+    w1, f1 = _weights_and_first_digits(a, -num_scale)
+    w2, f2 = _weights_and_first_digits(b, 0)
+    qweight = w1 - w2 - (f1 <= f2).astype(np.int64)
+    rscale = np.maximum(_NUMERIC_MIN_SIG_DIGITS - qweight * 4, max(num_scale, 0))
+    return np.minimum(rscale, _NUMERIC_MAX_DISPLAY_SCALE)
 
 
 def _weights_and_first_digits(c: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
@@ -156,11 +161,7 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
 
     a = np.abs(nums)
     b = dens.astype(np.int64)
-    w1, f1 = _weights_and_first_digits(a, -num_scale)
-    w2, f2 = _weights_and_first_digits(b, 0)
-    qweight = w1 - w2 - (f1 <= f2).astype(np.int64)
-    rscale = np.maximum(_NUMERIC_MIN_SIG_DIGITS - qweight * 4, max(num_scale, 0))
-    rscale = np.minimum(rscale, _NUMERIC_MAX_DISPLAY_SCALE)
+    rscale = _result_scales(a, num_scale, b)
     k = rscale - num_scale
     fast = (b > 0) & (b < 10**9) & (k >= 0) & (k <= 90) & (a < np.iinfo(np.int64).max)
     if not fast.all():

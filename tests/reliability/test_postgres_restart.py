@@ -11,11 +11,8 @@ client can survive, incview or any other.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -25,6 +22,7 @@ import pytest
 from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.postgres_server import PostgresServer
+from tests.reliability.incview_process import incview_run
 
 pytestmark = pytest.mark.slow
 
@@ -129,27 +127,8 @@ def test_incview_run_survives_postgres_restarts(server, dsn, tmp_path):
     with Engine(dsn, state, runner="local") as eng:
         for view, sql in VIEWS.items():
             eng.create_view(view, sql)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    log = open(tmp_path / "run.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "--dsn",
-            dsn,
-            "--state-dir",
-            str(state),
-            "--runner",
-            "local",
-            "run",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
     next_id = [1000]
-    try:
+    with incview_run(dsn, state, tmp_path / "run.log") as proc:
         for mode in ("fast", "immediate", "fast"):
             with connect_retrying(dsn) as conn:
                 write(conn, rng, next_id)
@@ -166,11 +145,6 @@ def test_incview_run_survives_postgres_restarts(server, dsn, tmp_path):
             assert proc.poll() is None, (tmp_path / "run.log").read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, (tmp_path / "run.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
     assert "the database is unreachable" in (tmp_path / "run.log").read_text()
 
 

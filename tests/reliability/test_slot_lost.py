@@ -9,10 +9,7 @@ changes it never delivered.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import psycopg
@@ -20,6 +17,7 @@ import psycopg
 from engine import Engine
 from engine.engine import SLOT
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.incview_process import incview_run
 
 VIEWS = {
     "totals": "SELECT customer, count(*) AS n, sum(amount) AS s FROM orders GROUP BY customer",
@@ -114,25 +112,7 @@ def test_incview_run_repairs_a_dropped_slot(pg_dsn, tmp_path):
         with Engine(pg_dsn, state, runner="local") as eng:
             for name, sql in VIEWS.items():
                 eng.create_view(name, sql)
-        log = open(tmp_path / "run.log", "w")  # noqa: SIM115 (closed below)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "engine.cli",
-                "--dsn",
-                pg_dsn,
-                "--state-dir",
-                str(state),
-                "--runner",
-                "local",
-                "run",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
-        )
-        try:
+        with incview_run(pg_dsn, state, tmp_path / "run.log") as proc:
             _write(conn, 100)
             _wait_equal(conn, proc, tmp_path)
             _drop_slot(conn)
@@ -140,11 +120,6 @@ def test_incview_run_repairs_a_dropped_slot(pg_dsn, tmp_path):
             _wait_equal(conn, proc, tmp_path)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0, (tmp_path / "run.log").read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
 
 
 def _wait_equal(conn, proc, tmp_path, timeout_s=60):
