@@ -159,6 +159,8 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if len(nums) == 0:
+        return pa.array([], pa.string())
     a = np.abs(nums)
     b = dens.astype(np.int64)
     rscale = _result_scales(a, num_scale, b)
@@ -176,7 +178,7 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     digits = pc.utf8_ltrim(digits, "0")
     zero = pc.equal(pc.utf8_length(digits), 0)
     digits = pc.if_else(zero, "0", digits)
-    sign = pc.if_else(pa.array(nums < 0) if len(nums) else pa.array([], pa.bool_()), "-", "")
+    sign = pc.if_else(pa.array(nums < 0), "-", "")
     sign = pc.if_else(zero, "", sign)
     return pc.binary_join_element_wise(sign, digits, "E-", pa.array(rscale).cast(pa.string()), "")
 

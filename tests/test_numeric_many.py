@@ -42,3 +42,13 @@ def test_text_array_equals_one_by_one(seed):
     want = [pg_numeric_div(Decimal(n).scaleb(-scale), d) for n, d in zip(nums, dens, strict=True)]
     assert [Decimal(g) for g in got] == want
     assert [str(Decimal(g)) for g in got] == [str(w) for w in want]
+
+
+def test_text_array_of_no_values_is_empty():
+    """A batch whose groups all vanished asks for no quotients (CI failed on this once)."""
+    import numpy as np
+
+    from engine.numeric import pg_numeric_div_text_array
+
+    empty = np.array([], dtype=np.int64)
+    assert pg_numeric_div_text_array(empty, 2, empty).to_pylist() == []
