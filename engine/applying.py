@@ -4,7 +4,8 @@ For each view: the changes of its input tables (projected onto the columns it re
 what its population snapshot already holds; TRUNCATE sends it back to population; the time's
 output goes to the result table with the LSN in one Postgres transaction, then the state
 commits. A failed view rewinds the reader so the batch is read again (the views that applied it
-skip it). Mixed into ``Engine``.
+skip it); a view that fails inside the engine (a bug) is sent back to population instead
+(``engine.recovery``). Mixed into ``Engine``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 
 from engine.engine_names import POLL_CHANGES
 from engine.errors import SourceChanged, ViewError
+from engine.outage import is_outage
 from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
@@ -30,7 +32,8 @@ class ApplyMixin:
         before the batch: the reader is rewound so the batch is read again next time (views
         that applied it skip it), then the error is raised."""
         end = txs[-1].end_lsn
-        views = [v for v in views if v.name in self.views]  # not the ones broken meanwhile
+        # not the ones broken meanwhile, nor those waiting to be re-populated (engine.recovery)
+        views = [v for v in views if v.name in self.views and not self.repairs.is_pending(v.name)]
         downstream = self._inputs_of_all()
         try:
             for view in views:
@@ -39,6 +42,14 @@ class ApplyMixin:
                 except SourceChanged as e:
                     self._break(view.name, str(e))
                     continue
+                except ViewError:
+                    raise  # its sink failed: the batch is read again (``sink_error``)
+                except Exception as e:
+                    if is_outage(e):
+                        raise
+                    self._internal_error(view, e)  # a bug: back to population
+                    continue
+                self.repairs.applied(view.name)
                 if wrote and view.result_name in downstream:
                     self._downstream_dirty = True
         except BaseException:

@@ -75,6 +75,7 @@ from engine.source_schema import SourceSchema
 from engine.spark_runner import SparkRunnerMixin
 from engine.sql.planner import explain, plan_view
 from engine.sql.population_filter import population_filters
+from engine.view_repairs import ViewRepairs
 from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         self.views: dict[str, ViewRuntime] = {}
         self.broken: dict[str, str] = {}  # views whose sources changed under them -> why
+        self.repairs = ViewRepairs()  # views that failed inside the engine (engine.recovery)
         try:
             if dsn is None:
                 from engine.postgres.embedded import EmbeddedPostgres
@@ -184,7 +186,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                     record.name, f"its query no longer plans over its sources ({e}); {SOURCE_FIX}"
                 )
                 continue
-            view = ViewRuntime(self, record, plan)
+            view, lost = self._open_view(record, plan)
             drift = view.expected.drift(self.conn)
             if drift is not None:
                 view.close()
@@ -192,7 +194,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 continue
             self.views[record.name] = view
             if marker.exists():
-                resume.append((view, int(marker.read_text())))
+                resume.append((view, int(marker.read_text()), None))
+            elif lost is not None:
+                resume.append((view, max(record.state_lsn or 0, view.sink_lsn), lost))
         self._downstream_dirty = False  # a result table read by another view was written
         self._advance_lock = threading.Lock()
         self._next_advance = 0.0
@@ -202,9 +206,29 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the slot keeper's own catalog connection (it runs beside the caller's thread)
         self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
         self._slot_keeper = SlotKeeper(self._advance_slot)
-        for view, time_ in resume:
+        for view, time_, why in resume:
             self._repopulate(view, time_)
+            if why is not None:
+                log.warning("view %s was re-populated: %s", view.name, why)
+                self.catalog.set_phase(view.name, "running", f"re-populated: {why}")
+                view.record = self.catalog.get(view.name) or view.record
         self.check_slot()
+
+    def _open_view(self, record: ViewRecord, plan) -> tuple[ViewRuntime, str | None]:
+        """The view's runtime, and why its state must be re-populated (None: it need not be):
+        its state directory is gone, or cannot be opened (it is then deleted)."""
+        try:
+            view = ViewRuntime(self, record, plan)
+        except Exception as e:
+            if is_outage(e):
+                raise
+            log.warning("view %s: its state cannot be opened: %s", record.name, e)
+            shutil.rmtree(self.state_dir / "views" / record.name / "state", ignore_errors=True)
+            view = ViewRuntime(self, record, plan)
+            return view, f"its state could not be opened ({type(e).__name__}: {e})"
+        if view.state_time == 0 and record.phase != "populating":
+            return view, "its state directory was missing"
+        return view, None
 
     # -- create ---------------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:
@@ -343,6 +367,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         if stream is not None:
             stream.stop()
             view.stream = None
+        self.repairs.forget(name)  # an internal error's count starts again
         self._repopulate(view, view.state_time)
         shutil.rmtree(view.checkpoint, ignore_errors=True)  # offsets restart at the state time
         self.catalog.record_state({name: view.state_time})
@@ -411,14 +436,19 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self._downstream_dirty = False
         target = self.reader.flush_wal()
         while True:
+            self.repair_due()
             txs = self.reader.poll(POLL_CHANGES)
             if txs:
                 self._apply(txs, self.views.values())
             if not txs or txs[-1].end_lsn >= target or self.reader.exhausted:
-                if not self._downstream_dirty:
+                wait = self.repairs.next_due_in()  # a view failed: done once it is re-populated
+                if wait is not None:
+                    time.sleep(min(wait, max(0.0, deadline - time.monotonic())) + 0.001)
+                elif not self._downstream_dirty:
                     return
-                self._downstream_dirty = False
-                target = self.reader.flush_wal()
+                else:
+                    self._downstream_dirty = False
+                    target = self.reader.flush_wal()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
@@ -482,6 +512,8 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                         log.warning("the database is back; the views resume (%s)", lost)
                         lost = None
                         next_beat = 0.0
+                    if self.repair_due():
+                        running = [self.views[n] for n in names if n in self.views]
                     if self.runner == "spark":
                         self._start_streams(running)
                     self._run_once(running)
@@ -532,8 +564,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             if why:
                 if self._db_down():  # the query died of the outage: restarted once it is over
                     raise psycopg.OperationalError(f"view {view.name}'s streaming query: {why}")
-                self.catalog.set_phase(view.name, "error", why)
-                raise ViewError(f"view {view.name}: its streaming query failed: {why}")
+                self._stream_failed(view, why)
 
     # -- inspection -----------------------------------------------------------------------------
     def list_views(self) -> list[ViewStatus]:
@@ -631,6 +662,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 f"(drop_view({readers[0]!r}))"
             )
         view = self.views.pop(name, None)
+        self.repairs.forget(name)
         if view is not None:
             if view.stream is not None:
                 view.stream.stop()

@@ -5,23 +5,30 @@
 * the slot no longer holds a view's changes (``engine.slot_guard``): ``check_slot`` re-creates
   it and re-populates those views, saying why in ``list_views``;
 * a source column or table a view reads changed (``engine.source_schema``): ``check_sources``
-  puts that view in ``error`` with the fix and stops maintaining it; the others go on.
+  puts that view in ``error`` with the fix and stops maintaining it; the others go on;
+* a view failed inside the engine (a bug in an operator, state it cannot read):
+  ``_internal_error`` sends it back to population, right away and then with backoff, and gives
+  up after too many failures in a row (``engine.view_repairs``); ``repair_due`` re-populates.
 Mixed into ``Engine``; it uses the engine's connections, catalog, reader and views.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Callable
 
 import psycopg
 
 from engine.engine_names import SLOT
+from engine.outage import is_outage
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
 from engine.source_schema import current_columns
+from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger("engine.engine")
 
@@ -82,6 +89,64 @@ class RecoveryMixin:
             view.record = self.catalog.get(name) or view.record
         self.reader.rewind(min(v.state_time for v in self.views.values()))
         return lost
+
+    def _internal_error(self, view: ViewRuntime, exc: BaseException) -> None:
+        """``view`` failed inside the engine (not the database's fault): what the failed time
+        staged is dropped and the view waits for its re-population (``repair_due``), which is
+        due at once the first time, then with backoff; after ``repairs.max_attempts`` failures
+        in a row it stays in ``error`` (until ``repopulate`` or a restart). Other views go on."""
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("view %s failed inside the engine: %s", view.name, error, exc_info=exc)
+        with contextlib.suppress(Exception):
+            view.physical.dataflow.abort()
+        repair = self.repairs.failed(view.name, error)
+        if self.repairs.gave_up(repair):
+            why = (
+                f"internal error ({error}), {repair.failures} times in a row: no longer "
+                f"maintained; call repopulate({view.name!r}) or restart incview to try again, "
+                "or drop the view"
+            )
+        else:
+            wait = repair.due - time.monotonic()
+            when = f" in {wait:.0f} s" if wait >= 1 else ""
+            why = (
+                f"internal error ({error}); re-populating{when} "
+                f"(attempt {repair.failures} of {self.repairs.max_attempts})"
+            )
+        self._advance_catalog.set_phase(view.name, "error", why)  # any thread (Spark's)
+
+    def repair_due(self) -> list[str]:
+        """Re-populate the views whose re-population after an internal error is due; returns
+        their names. A view that fails again while re-populating counts another failure."""
+        done = []
+        for name in self.repairs.due():
+            view = self.views.get(name)
+            if view is None:
+                self.repairs.forget(name)
+                continue
+            error = self.repairs.error_of(name)
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
+            try:
+                self._repopulate(view, view.state_time)
+            except Exception as e:
+                if is_outage(e):
+                    raise
+                self._internal_error(view, e)
+                continue
+            log.warning("view %s re-populated after an internal error (%s)", name, error)
+            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
+            self.catalog.record_state({name: view.state_time})
+            self.catalog.set_phase(
+                name, "running", f"re-populated after an internal error: {error}"
+            )
+            view.record = self.catalog.get(name) or view.record
+            self.repairs.repaired(name)
+            done.append(name)
+        if done:
+            self.reader.rewind(min(v.state_time for v in self.views.values()))
+        return done
 
     def _db_down(self) -> bool:
         """Whether the database is unreachable right now (a fresh connection fails)."""

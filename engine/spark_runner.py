@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
+from engine.outage import is_outage
 from engine.postgres.cdc import Transaction
 from engine.view_runtime import ViewRuntime
 
@@ -53,18 +54,33 @@ class SparkRunnerMixin:
 
     def _apply_stream_batch(self, view: ViewRuntime, txs: list[Transaction]) -> None:
         """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
-        if view.name in self.broken:
-            return  # its sources changed: the run loop stops its query
+        if view.name in self.broken or self.repairs.is_pending(view.name):
+            return  # the run loop stops its query (and re-populates the view when due)
         try:
             self._apply_view(view, txs, txs[-1].end_lsn)
         except SourceChanged as e:
             self.broken[view.name] = str(e)
             self._advance_catalog.set_phase(view.name, "error", str(e))
             return
+        except ViewError:
+            raise  # its sink failed: the query fails, the run loop retries
+        except Exception as e:
+            if is_outage(e):
+                raise
+            self._internal_error(view, e)  # a bug: back to population (engine.recovery)
+            return
+        self.repairs.applied(view.name)
         if time.monotonic() >= self._next_advance:
             # advancing decodes the WAL from the slot's restart point: not after every batch
             self._next_advance = time.monotonic() + ADVANCE_EVERY_S
             self._slot_keeper.request()
+
+    def _stream_failed(self, view: ViewRuntime, why: str) -> None:
+        """``view``'s streaming query failed (not for an outage): an internal error."""
+        if view.stream is not None:
+            view.stream.stop()
+            view.stream = None
+        self._internal_error(view, ViewError(f"its streaming query failed: {why}"))
 
     def _last_commit_upto(self, target: int) -> int | None:
         """End LSN of the last transaction in the slot that ends at or before ``target``."""
@@ -84,11 +100,13 @@ class SparkRunnerMixin:
             target = self._last_commit_upto(self.reader.flush_wal())
             while target is not None:
                 failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
-                failed = [(n, f) for n, f in failed if f]
-                if failed:
-                    name, why = failed[0]
-                    raise ViewError(f"view {name}: its streaming query failed: {why}")
-                if all(v.state_time >= target for v in self.views.values()):
+                for name, why in failed:
+                    if why:
+                        self._stream_failed(self.views[name], why)
+                if self.repair_due():
+                    self._start_streams(self.views.values())
+                waiting = [v for v in self.views.values() if not self.repairs.gave_up_on(v.name)]
+                if all(v.state_time >= target for v in waiting):
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(

@@ -1,0 +1,129 @@
+"""Fault: an internal error (a bug raised inside an operator; a state directory that is missing
+or corrupt) sends the view back to population by itself (runner local).
+
+The bug is injected into the columnar reduce's ``process`` (the operator the ``totals`` view
+runs), failing a given number of its calls; everything else is real: Postgres, the slot, the
+RocksDB state. Afterwards the views equal their queries; ``list_views`` keeps the error; a view
+that fails every time ends in ``error`` after the capped attempts while the others keep running.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from engine import Engine
+from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
+from engine.view_repairs import ViewRepairs
+from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.test_slot_lost import VIEWS, _setup, _write
+
+
+def _equal(conn, names=VIEWS):
+    return {name: diff_rows(conn, name, VIEWS[name]) for name in names}
+
+
+def _status(engine):
+    return {s.name: (s.phase, s.last_error) for s in engine.list_views()}
+
+
+@pytest.fixture
+def failing_reduce(monkeypatch):
+    """``fail[0]`` calls of the columnar reduce's ``process`` raise (then it works again)."""
+    fail = [0]
+    process = ColumnarReduceCollection.process
+
+    def buggy(self, time, deltas):
+        if fail[0] > 0:
+            fail[0] -= 1
+            raise RuntimeError("injected operator bug")
+        return process(self, time, deltas)
+
+    monkeypatch.setattr(ColumnarReduceCollection, "process", buggy)
+    return fail
+
+
+def _open(pg_dsn, state_dir):
+    engine = Engine(pg_dsn, state_dir, runner="local")
+    engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.2)  # the test's patience
+    return engine
+
+
+def test_a_bug_in_an_operator_repopulates_the_view(pg_conn, pg_dsn, state_dir, failing_reduce):
+    _setup(pg_conn)
+    with _open(pg_dsn, state_dir) as engine:
+        for name, sql in VIEWS.items():
+            engine.create_view(name, sql)
+        _write(pg_conn, 100)
+        failing_reduce[0] = 1  # the next batch of the reduce fails once
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        phase, error = _status(engine)["totals"]
+        assert phase == "running"
+        assert error == "re-populated after an internal error: RuntimeError: injected operator bug"
+        assert _status(engine)["rows"] == ("running", None)
+        _write(pg_conn, 200)  # and it keeps being maintained
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+
+        failing_reduce[0] = 3  # the batch and two re-populations fail: backoff, then works
+        _write(pg_conn, 300)
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        assert _status(engine)["totals"][0] == "running"
+
+
+def test_a_view_failing_every_time_ends_in_error(pg_conn, pg_dsn, state_dir, failing_reduce):
+    _setup(pg_conn)
+    with _open(pg_dsn, state_dir) as engine:
+        for name, sql in VIEWS.items():
+            engine.create_view(name, sql)
+        failing_reduce[0] = 10**9
+        _write(pg_conn, 100)
+        engine.catch_up(timeout_s=30)  # returns: the other view is done, this one gave up
+        phase, error = _status(engine)["totals"]
+        assert phase == "error"
+        assert error.startswith("internal error (RuntimeError: injected operator bug), 5 times")
+        assert "repopulate('totals')" in error
+        for start in (200, 300):  # the other view keeps running
+            _write(pg_conn, start)
+            engine.catch_up(timeout_s=30)
+            assert _equal(pg_conn, ["rows"]) == {"rows": (0, 0)}
+        assert _status(engine)["rows"] == ("running", None)
+
+        failing_reduce[0] = 0  # the bug is fixed: repopulate() brings the view back
+        engine.repopulate("totals")
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        _write(pg_conn, 400)
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        assert _status(engine)["totals"][0] == "running"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_lost_or_corrupt_state_directory_repopulates(pg_conn, pg_dsn, state_dir, damage):
+    _setup(pg_conn)
+    with _open(pg_dsn, state_dir) as engine:
+        for name, sql in VIEWS.items():
+            engine.create_view(name, sql)
+        _write(pg_conn, 100)
+        engine.catch_up()
+    state = state_dir / "views" / "totals" / "state"
+    if damage == "missing":
+        shutil.rmtree(state)
+    else:
+        for f in state.iterdir():
+            if f.is_file():
+                f.write_bytes(b"\x00garbage" * 64)
+    _write(pg_conn, 200)  # changes while no engine runs
+    with _open(pg_dsn, state_dir) as engine:
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        phase, error = _status(engine)["totals"]
+        assert phase == "running"
+        assert error is not None and error.startswith("re-populated: its state")
+        _write(pg_conn, 300)
+        engine.catch_up()
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
