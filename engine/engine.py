@@ -68,6 +68,7 @@ from engine.postgres.sink import drop_result_table
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
+from engine.postgres.waiting import waits_reported
 from engine.recovery import RecoveryMixin
 from engine.slot_keeper import SlotKeeper
 from engine.source_schema import FIX as SOURCE_FIX
@@ -115,6 +116,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         views: Iterable[str] | None = None,
         spark_conf: dict[str, str] | None = None,
         trigger_ms: int = 50,
+        wait_timeout_s: float = 60.0,
     ) -> None:
         if runner not in ("local", "spark"):
             raise ValueError(f"runner must be 'local' or 'spark', not {runner!r}")
@@ -122,6 +124,8 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self._only = None if views is None else set(views)
         self.spark_conf = dict(spark_conf or {})
         self.trigger_ms = trigger_ms
+        # how long creating the slot, publishing a table... may wait on other sessions
+        self.wait_timeout_s = wait_timeout_s
         self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         self.views: dict[str, ViewRuntime] = {}
@@ -201,7 +205,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self._advance_lock = threading.Lock()
         self._next_advance = 0.0
         after = min((v.state_time for v in self.views.values()), default=0)
-        self.reader = CdcReader(self.dsn, SLOT, PUBLICATION, after_lsn=after)
+        self.reader = CdcReader(
+            self.dsn, SLOT, PUBLICATION, after_lsn=after, wait_timeout_s=self.wait_timeout_s
+        )
         self._advancer = CdcReader(self.dsn, SLOT, PUBLICATION)  # under _advance_lock only
         # the slot keeper's own catalog connection (it runs beside the caller's thread)
         self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
@@ -285,11 +291,13 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             (schema, table),
         ).fetchone()
         if row is not None and row[0] != "f":
-            self.conn.execute(
-                psycopg.sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
-                    psycopg.sql.Identifier(schema, table)
+            what = f"setting REPLICA IDENTITY FULL on {qualified}"
+            with waits_reported(self.conn, what, self.dsn, self.wait_timeout_s):
+                self.conn.execute(
+                    psycopg.sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
+                        psycopg.sql.Identifier(schema, table)
+                    )
                 )
-            )
 
     def _populate(self, view: ViewRuntime, time_: int = POPULATION_TIME, lsn: int = 0) -> int:
         """Read every source in one snapshot, run the dataflow over it, write the result table

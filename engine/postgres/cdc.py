@@ -24,6 +24,7 @@ flushes it (up to ~3 x ``wal_writer_delay``); ``flush_wal()`` forces it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from engine.postgres.pgoutput import (
     quote_ident,
     replica_identity_fix,
 )
+from engine.postgres.waiting import WaitedTooLong, waits_reported
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
 SESSION_SETTINGS = {
@@ -59,6 +61,8 @@ SESSION_SETTINGS = {
 }
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+
+log = logging.getLogger("engine.postgres.cdc")
 
 
 def check_wal_level(setting: str) -> None:
@@ -235,6 +239,7 @@ class CdcReader:
         publication: str,
         *,
         after_lsn: int | str = 0,
+        wait_timeout_s: float = 60.0,
     ) -> None:
         if not _SLOT_NAME.match(slot):
             raise ViewError(
@@ -251,6 +256,8 @@ class CdcReader:
         # committed before that peek is left to poll)
         self.exhausted = False
         self._conn: psycopg.Connection | None = None
+        # how long a statement may wait on other sessions (engine.postgres.waiting)
+        self.wait_s = wait_timeout_s
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -285,9 +292,37 @@ class CdcReader:
         assert row is not None
         check_wal_level(row[0])
         wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
-        self._ensure_publication(conn, wanted, replace=False)
-        if create_slot and not self.slot_exists():
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        had = self.published_tables() if self._publication_exists() else None
+        try:
+            with waits_reported(conn, "publishing the views' tables", self.conninfo, self.wait_s):
+                self._ensure_publication(conn, wanted, replace=False)
+            if create_slot and not self.slot_exists():
+                what = f"creating the replication slot {self.slot}"
+                with waits_reported(conn, what, self.conninfo, self.wait_s):
+                    conn.execute(
+                        "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
+                    )
+        except WaitedTooLong:
+            self._restore_publication(had)  # leave the publication as it was
+            raise
+
+    def _publication_exists(self) -> bool:
+        row = self.connection().execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+        )
+        return row.fetchone() is not None
+
+    def _restore_publication(self, tables: set[str] | None) -> None:
+        """Best effort: the publication back to ``tables`` (None: it did not exist)."""
+        conn = self.connection()
+        try:
+            if tables is None:
+                pub = sql.Identifier(self.publication)
+                conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(pub))
+            elif self.published_tables() != tables:
+                self._ensure_publication(conn, [_split_table(t) for t in tables], replace=True)
+        except psycopg.Error as e:
+            log.warning("could not restore publication %s: %s", self.publication, e)
 
     def set_tables(self, tables: Iterable[str | tuple[str, str]]) -> None:
         """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
