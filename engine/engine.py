@@ -174,13 +174,26 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     def _open_views(self) -> None:
         """Open every view of the catalog and the shared CDC reader; finish re-populations that
         a crash interrupted (their dir holds the marker with the time to re-populate at)."""
-        resume: list[tuple[ViewRuntime, int]] = []
-        for record in self.catalog.all():
+        resume: list[tuple[ViewRuntime, int, str | None]] = []
+        records = self.catalog.all()
+        dropping = [r for r in records if r.phase == "dropping"]
+        for record in dropping:  # a drop_view a crash interrupted: finished
+            log.warning("view %s: finishing its interrupted drop", record.name)
+            self._drop_remains(record)
+        if self._only is None:  # the state of views not in the catalog (a crash in a drop)
+            known = {r.name for r in records if r.phase != "dropping"}
+            views_dir = self.state_dir / "views"
+            for d in sorted(views_dir.iterdir()) if views_dir.exists() else []:
+                if d.name not in known and d.is_dir():
+                    log.warning("removing the state of view %s: not in the catalog", d.name)
+                    shutil.rmtree(d, ignore_errors=True)
+        for record in records:
+            if record.phase == "dropping":
+                continue
             if self._only is not None and record.name not in self._only:
                 continue
             marker = self.state_dir / "views" / record.name / REPOPULATE_MARKER
-            if record.phase == "populating" and not marker.exists():
-                continue  # an interrupted create_view: left for drop_view / re-creation
+            created = record.phase == "populating" and not marker.exists()  # a create, crashed
             if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
                 continue  # its sources changed under it: it stays broken until dropped
             try:
@@ -197,7 +210,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 self._break(record.name, drift)
                 continue
             self.views[record.name] = view
-            if marker.exists():
+            if created:
+                resume.append((view, POPULATION_TIME, "its creation was interrupted"))
+            elif marker.exists():
                 resume.append((view, int(marker.read_text()), None))
             elif lost is not None:
                 resume.append((view, max(record.state_lsn or 0, view.sink_lsn), lost))
@@ -212,7 +227,19 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the slot keeper's own catalog connection (it runs beside the caller's thread)
         self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
         self._slot_keeper = SlotKeeper(self._advance_slot)
+        if dropping or (self._only is None and not records):
+            self._release_sources()  # a crash in a drop_view left them for views now gone
         for view, time_, why in resume:
+            if time_ == POPULATION_TIME and view.record.phase == "populating":
+                # a create_view cut short: publish its tables and pin the slot as it would have
+                try:
+                    self.reader.ensure(list(view.inputs))
+                except IncviewError as e:  # it cannot be created any more: undone
+                    log.warning("dropping view %s, whose creation was cut short: %s", view.name, e)
+                    self.views.pop(view.name).close()
+                    self._drop_remains(view.record)
+                    continue
+                self.catalog.record_state({view.name: self.reader.confirmed_lsn()})
             self._repopulate(view, time_)
             if why is not None:
                 log.warning("view %s was re-populated: %s", view.name, why)
@@ -258,24 +285,28 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 )
             if t in results:
                 self._replica_identity_full(t)  # result tables of older versions lack it
-        self.reader.ensure(tables)  # checks wal_level and REPLICA IDENTITY FULL; creates the slot
+        # the row first: a crash from here on leaves a view in ``populating`` that the next
+        # open finishes (``_open_views``), never a slot or publication nobody owns
         self.catalog.insert(name, sql, schema, table)
-        # the slot must not move past what the population snapshot (taken next) lacks
-        self.catalog.record_state({name: self.reader.confirmed_lsn()})
-        if self._only is not None:
-            self._only.add(name)
-        record = self.catalog.get(name)
-        assert record is not None
         view = None
         try:
+            self.reader.ensure(tables)  # checks wal_level, REPLICA IDENTITY FULL; creates the slot
+            # the slot must not move past what the population snapshot (taken next) lacks
+            self.catalog.record_state({name: self.reader.confirmed_lsn()})
+            record = self.catalog.get(name)
+            assert record is not None
             view = ViewRuntime(self, record, plan)
             self._populate(view)
         except BaseException:
             if view is not None:
                 view.close()
-                shutil.rmtree(view.dir, ignore_errors=True)
+            shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
             self.catalog.delete(name)
+            with contextlib.suppress(psycopg.Error, IncviewError):
+                self._release_sources()  # the publication and slot as the other views need them
             raise
+        if self._only is not None:
+            self._only.add(name)
         self.views[name] = view
 
     def _result_tables(self) -> dict[str, str]:
@@ -669,17 +700,26 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 f"view {name} is read by view(s) {', '.join(readers)}: drop those first "
                 f"(drop_view({readers[0]!r}))"
             )
+        # marked first: a crash in the middle leaves a view in ``dropping`` that the next open
+        # finishes dropping (``_open_views``)
+        self.catalog.set_phase(name, "dropping", None)
         view = self.views.pop(name, None)
         self.repairs.forget(name)
         if view is not None:
             if view.stream is not None:
                 view.stream.stop()
-            view.sink.drop()
             view.close()
-        else:
-            drop_result_table(self.sink_conn, record.result_schema, record.result_table)
-        shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
-        self.catalog.delete(name)
+        self._drop_remains(record)
+        self._release_sources()
+
+    def _drop_remains(self, record: ViewRecord) -> None:
+        """What a view leaves in the database and on disk: result table, state, catalog row."""
+        drop_result_table(self.sink_conn, record.result_schema, record.result_table)
+        shutil.rmtree(self.state_dir / "views" / record.name, ignore_errors=True)
+        self.catalog.delete(record.name)
+
+    def _release_sources(self) -> None:
+        """Publish exactly the tables the catalog's views read; no view: no slot, no publication."""
         others = self.catalog.all()
         if not others:
             with self._advance_lock:  # not while the slot keeper advances
@@ -687,7 +727,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         else:
             needed: set[str] = set()
             for r in others:
-                if r.name in self.broken:
+                if r.name in self.broken or r.phase == "dropping":
                     continue  # not maintained: its tables may be gone
                 v = self.views.get(r.name)
                 needed.update(v.inputs if v is not None else self._tables_needed_by(r))

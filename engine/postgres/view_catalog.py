@@ -1,6 +1,6 @@
 """The ``incview`` schema in the user's database: one row per view, migrated forward on open.
 
-``incview.views`` holds each view's name, SQL, result table, phase (populating | running | error
+``incview.views`` holds each view's name, SQL, result table, phase (populating | running | dropping | error
 | sink_error), creation time, last applied LSN, last error, heartbeat and last batch metrics.
 ``incview.meta`` holds the schema version; ``ViewCatalog.open`` applies the migrations a database
 lacks, in order, each in its own transaction, so older databases move forward safely. The sink
@@ -58,6 +58,13 @@ MIGRATIONS: tuple[str, ...] = (
     f"""
     ALTER TABLE {SCHEMA}.views ADD COLUMN IF NOT EXISTS last_change_lsn pg_lsn;
     UPDATE {SCHEMA}.views SET last_change_lsn = last_lsn WHERE last_change_lsn IS NULL;
+    """,
+    # phase dropping: drop_view marks the view first, so that a crash in the middle of the drop
+    # leaves a view the next open finishes dropping
+    f"""
+    ALTER TABLE {SCHEMA}.views DROP CONSTRAINT IF EXISTS views_phase_check;
+    ALTER TABLE {SCHEMA}.views ADD CONSTRAINT views_phase_check
+        CHECK (phase IN ('populating', 'running', 'error', 'sink_error', 'dropping'));
     """,
 )
 

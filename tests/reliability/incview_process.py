@@ -12,13 +12,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@contextlib.contextmanager
-def incview_run(
-    dsn: str, state: Path, log: Path, runner: str = "local"
-) -> Iterator[subprocess.Popen]:
-    """``python -m engine.cli ... run`` with its output in ``log``; killed on exit if alive."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
+def incview_cli(
+    dsn: str, state: Path, log: Path, *args: str, runner: str = "local"
+) -> subprocess.Popen:
+    """``python -m engine.cli ... <args>`` started with its output in ``log`` (the caller waits
+    for it or kills it)."""
+    with open(log, "a") as out:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -29,15 +29,24 @@ def incview_run(
                 str(state),
                 "--runner",
                 runner,
-                "run",
+                *args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
+
+@contextlib.contextmanager
+def incview_run(
+    dsn: str, state: Path, log: Path, runner: str = "local"
+) -> Iterator[subprocess.Popen]:
+    """``python -m engine.cli ... run`` with its output in ``log``; killed on exit if alive."""
+    log.write_text("")
+    proc = incview_cli(dsn, state, log, "run", runner=runner)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
