@@ -47,6 +47,7 @@ import psycopg
 
 from engine.applying import ApplyMixin
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.state.store import is_lock_error
 from engine.engine_names import (
     POLL_CHANGES,
     POPULATION_CHUNK,
@@ -57,7 +58,7 @@ from engine.engine_names import (
     SOURCES_FILE,
 )
 from engine.errors import IncviewError, ViewError
-from engine.outage import Backoff, is_outage
+from engine.outage import Backoff, is_disk_full, is_outage
 from engine.population_progress import PopulationProgress
 from engine.postgres.cdc import (
     CdcReader,
@@ -253,8 +254,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         try:
             view = ViewRuntime(self, record, plan)
         except Exception as e:
-            if is_outage(e):
-                raise
+            cause = e.__cause__ or e
+            if is_outage(e) or is_disk_full(e) or is_lock_error(cause):
+                raise  # not a state to throw away: another process holds it, or no space
             log.warning("view %s: its state cannot be opened: %s", record.name, e)
             shutil.rmtree(self.state_dir / "views" / record.name / "state", ignore_errors=True)
             view = ViewRuntime(self, record, plan)

@@ -2,7 +2,8 @@
 
 ``is_outage(exc)`` tells a database that went away (a restart, a shutdown, a network cut: the
 connection broke or cannot be made) from every other failure, looking through the exception's
-causes (the engine wraps a failed sink write in a ``ViewError``). ``Backoff`` hands out capped
+causes (the engine wraps a failed sink write in a ``ViewError``); ``is_disk_full(exc)`` tells a
+full state directory (retried, never re-populated). ``Backoff`` hands out capped
 exponential delays with jitter, reset by the first success. The engine's long-lived loops use
 both to keep running through an outage (seed 003: database-side errors put a view in an
 error-sinking phase that retries until the database is back). This module must not open
@@ -11,6 +12,7 @@ connections or touch views.
 
 from __future__ import annotations
 
+import errno
 import random
 
 import psycopg
@@ -19,6 +21,20 @@ import psycopg
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 #: SQLSTATE classes of a server going away (57P01 admin_shutdown, 57P02/57P03, 08xxx connection)
 _LOST_STATES = ("08", "57P")
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) says a disk of ours is full (a
+    write to the state directory failed with ENOSPC: RocksDB says "No space left on device")."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def is_outage(exc: BaseException | None) -> bool:

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from engine.engine_names import SLOT
-from engine.outage import is_outage
+from engine.engine_names import REPOPULATE_MARKER, SLOT
+from engine.outage import is_disk_full, is_outage
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
@@ -96,11 +96,20 @@ class RecoveryMixin:
         due at once the first time, then with backoff; after ``repairs.max_attempts`` failures
         in a row it stays in ``error`` (until ``repopulate`` or a restart). Other views go on."""
         error = f"{type(exc).__name__}: {exc}"
-        log.error("view %s failed inside the engine: %s", view.name, error, exc_info=exc)
+        full = is_disk_full(exc)
+        log.error("view %s failed inside the engine: %s", view.name, error, exc_info=not full)
         with contextlib.suppress(Exception):
             view.physical.dataflow.abort()
-        repair = self.repairs.failed(view.name, error)
-        if self.repairs.gave_up(repair):
+        repair = self.repairs.failed(view.name, error, repopulate=not full)
+        if full:
+            with contextlib.suppress(Exception):
+                view.store.close()  # RocksDB refuses writes after a failed one: reopened later
+            wait = repair.due - time.monotonic()
+            why = (
+                f"the state directory {self.state_dir} is full ({exc}); free space there: "
+                f"retrying in {max(wait, 0):.0f} s (attempt {repair.failures})"
+            )
+        elif self.repairs.gave_up(repair):
             why = (
                 f"internal error ({error}), {repair.failures} times in a row: no longer "
                 f"maintained; call repopulate({view.name!r}) or restart incview to try again, "
@@ -114,6 +123,7 @@ class RecoveryMixin:
                 f"(attempt {repair.failures} of {self.repairs.max_attempts})"
             )
         self._advance_catalog.set_phase(view.name, "error", why)  # any thread (Spark's)
+        view.record = self._advance_catalog.get(view.name) or view.record
 
     def repair_due(self) -> list[str]:
         """Re-populate the views whose re-population after an internal error is due; returns
@@ -128,7 +138,14 @@ class RecoveryMixin:
             if view.stream is not None:
                 view.stream.stop()
                 view.stream = None
+            repair = self.repairs.get(name)
+            marker = view.dir / REPOPULATE_MARKER  # a population the disk cut short
             try:
+                if repair is not None and not repair.repopulate and not marker.exists():
+                    view.reopen_state()  # after a full disk: the committed state, retried
+                    self.repairs.repaired(name)
+                    done.append(name)
+                    continue
                 self._repopulate(view, view.state_time)
             except Exception as e:
                 if is_outage(e):

@@ -6,7 +6,8 @@ the view back to population (seed 003: "any other error sends the view back to p
 is due: the first right away, then after ``first_delay_s`` doubling up to ``cap_s``; after
 ``max_attempts`` failures in a row the engine stops trying (phase ``error``) instead of looping
 hot on a view that fails the same way every time. A view that then applies changes for
-``forgive_after_s`` without failing starts from a clean record again.
+``forgive_after_s`` without failing starts from a clean record again. A full state directory is
+retried the same way (its state reopened, not re-populated), and never given up on.
 
 This module only keeps the books: the ``Engine`` (``engine.recovery``) re-populates.
 """
@@ -32,6 +33,7 @@ class Repair:
     error: str
     due: float  # time.monotonic() of the next re-population
     last_failure: float
+    repopulate: bool = True  # False: only reopen its state and retry (a full disk)
     pending: bool = True  # False once re-populated (kept to count a repeat failure)
 
 
@@ -51,20 +53,24 @@ class ViewRepairs:
         self.forgive_after_s = forgive_after_s
         self._repairs: dict[str, Repair] = {}
 
-    def failed(self, name: str, error: str) -> Repair:
-        """Record a failure of ``name``; returns its record (``gave_up`` tells what to do)."""
+    def failed(self, name: str, error: str, *, repopulate: bool = True) -> Repair:
+        """Record a failure of ``name``; returns its record (``gave_up`` tells what to do).
+        ``repopulate=False``: a failure that retrying fixes (a full disk), never given up on."""
         now = time.monotonic()
         old = self._repairs.get(name)
         failures = 1 if old is None else old.failures + 1
         delay = 0.0 if failures == 1 else min(self.cap_s, self.first_delay_s * 2 ** (failures - 2))
-        if failures >= self.max_attempts:
+        if repopulate and failures >= self.max_attempts:
             delay = math.inf  # given up: only ``forget`` (repopulate, a restart) tries again
-        repair = Repair(failures, error, now + delay, now)
+        repair = Repair(failures, error, now + delay, now, repopulate)
         self._repairs[name] = repair
         return repair
 
     def gave_up(self, repair: Repair) -> bool:
-        return repair.failures >= self.max_attempts
+        return repair.repopulate and repair.failures >= self.max_attempts
+
+    def get(self, name: str) -> Repair | None:
+        return self._repairs.get(name)
 
     def gave_up_on(self, name: str) -> bool:
         repair = self._repairs.get(name)

@@ -8,6 +8,7 @@ not poll the slot or decide anything about other views: the ``Engine`` drives it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -115,6 +116,16 @@ class ViewRuntime:
                 pick = (lambda r, _i=idx[0]: (r[_i],)) if idx else (lambda r: ())
             self._projections[key] = pick
         return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
+
+    def reopen_state(self) -> None:
+        """Close the state store (best effort) and open it again at its committed time, with a
+        fresh dataflow: after a write failed (a full disk), RocksDB takes no more writes."""
+        with contextlib.suppress(Exception):  # a store whose last write failed may refuse
+            self.store.close()
+        self.store = StateStore(self.dir / "state")
+        self.physical = build_dataflow(self.plan, self.store)
+        self._state_time = self.store.committed_time or 0
+        self._projections = {}
 
     def reset_state(self) -> None:
         """Close and delete the view's state and build an empty dataflow (re-population)."""

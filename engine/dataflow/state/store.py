@@ -43,6 +43,12 @@ _FORMAT = b"2"
 _META_CF = "default"
 
 
+def is_lock_error(exc: BaseException) -> bool:
+    """Whether opening a state directory failed because another process holds its LOCK."""
+    text = str(exc)
+    return "lock file" in text.lower() or "LOCK" in text
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """The smallest byte string greater than every string starting with ``prefix`` (None: none)."""
     p = bytearray(prefix)
@@ -92,10 +98,13 @@ class StateStore:
                 access_type=AccessType.read_write(),
             )
         except Exception as e:  # rocksdict raises plain Exception for lock/corruption errors
-            raise StateError(
-                f"cannot open the state directory {self.path}: {e}. Is another incview process "
-                f"running this view? Stop it, or point state_dir elsewhere."
-            ) from e
+            hint = (
+                " Is another incview process running this view? Stop it, or point state_dir "
+                "elsewhere."
+                if is_lock_error(e)
+                else ""
+            )
+            raise StateError(f"cannot open the state directory {self.path}: {e}.{hint}") from e
         fmt = self._db.get(_FORMAT_KEY)
         if fmt is None:
             self._db.put(_FORMAT_KEY, _FORMAT)
@@ -187,9 +196,11 @@ class StateStore:
                 t._detach()
             self._tables.clear()
             self._batch = None
-            self._db.close()
-            del self._db
-            gc.collect()  # column-family handles keep the DB (and its LOCK) alive until freed
+            try:
+                self._db.close()  # raises after a failed write (a full disk): freed all the same
+            finally:
+                del self._db
+                gc.collect()  # column-family handles keep the DB (and its LOCK) alive until freed
 
     @staticmethod
     def destroy(path: str | Path) -> None:
