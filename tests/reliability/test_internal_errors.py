@@ -127,3 +127,27 @@ def test_a_lost_or_corrupt_state_directory_repopulates(pg_conn, pg_dsn, state_di
         _write(pg_conn, 300)
         engine.catch_up()
         assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+
+
+@pytest.mark.slow
+def test_a_bug_in_an_operator_on_spark_repopulates_the_view(
+    spark, pg_conn, pg_dsn, state_dir, failing_reduce
+):
+    """The same on the Spark runner: the bug raised in a micro-batch of the view's streaming
+    query; the query's view is re-populated and its query restarted from the new state."""
+    _setup(pg_conn)
+    with Engine(pg_dsn, state_dir, runner="spark") as engine:
+        engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.2)
+        for name, sql in VIEWS.items():
+            engine.create_view(name, sql)
+        engine.catch_up(timeout_s=120)
+        failing_reduce[0] = 1
+        _write(pg_conn, 100)
+        engine.catch_up(timeout_s=120)
+        _write(pg_conn, 200)
+        engine.catch_up(timeout_s=120)
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        phase, error = _status(engine)["totals"]
+        assert phase == "running"
+        assert error == "re-populated after an internal error: RuntimeError: injected operator bug"
+        assert failing_reduce[0] == 0
