@@ -344,7 +344,16 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
         filters = population_filters(view.plan.optimized)
         final = time_
-        with snapshot_reader(self.dsn) as reader:
+        with (
+            snapshot_reader(self.dsn) as reader,
+            waits_reported(
+                reader.conn,
+                f"populating view {view.name}",
+                self.dsn,
+                self.wait_timeout_s,
+                locks_only=True,
+            ),
+        ):
             tables = []
             for table, columns in view.inputs.items():
                 schema, _, name = table.partition(".")

@@ -2,7 +2,8 @@
 
 Creating the replication slot waits until every transaction running at that moment ends (a
 session idle in a transaction that wrote keeps it waiting for as long as it stays idle);
-publishing a table or changing its REPLICA IDENTITY waits for conflicting table locks. Inside
+publishing a table or changing its REPLICA IDENTITY, or a population's COPY, waits for
+conflicting table locks. Inside
 ``waits_reported(conn, what, dsn, timeout_s)`` the statements run with that statement timeout
 while a watcher thread (its own connection) looks up the sessions ``conn``'s backend waits for
 (``pg_blocking_pids``) and logs them; when the timeout ends the wait, ``WaitedTooLong`` (a
@@ -98,18 +99,22 @@ class _Watcher(threading.Thread):
 
 @contextlib.contextmanager
 def waits_reported(
-    conn: psycopg.Connection, what: str, dsn: str, timeout_s: float
+    conn: psycopg.Connection, what: str, dsn: str, timeout_s: float, *, locks_only: bool = False
 ) -> Iterator[None]:
-    """Run the block's statements on ``conn`` (autocommit) with a statement timeout of
-    ``timeout_s``, reporting whom they wait for; ``WaitedTooLong`` when the timeout ends one."""
+    """Run the block's statements on ``conn`` with a statement timeout of ``timeout_s`` (with
+    ``locks_only``: a lock timeout, for long statements such as a population's COPY), reporting
+    whom they wait for; ``WaitedTooLong`` when the timeout ends one."""
+    setting = "lock_timeout" if locks_only else "statement_timeout"
     conn.execute(
-        sql.SQL("SET statement_timeout = {}").format(sql.Literal(f"{int(timeout_s * 1000)}ms"))
+        sql.SQL("SET {} = {}").format(
+            sql.Identifier(setting), sql.Literal(f"{int(timeout_s * 1000)}ms")
+        )
     )
     watcher = _Watcher(dsn, conn.info.backend_pid, what)
     watcher.start()
     try:
         yield
-    except psycopg.errors.QueryCanceled as e:
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as e:
         blockers = watcher.seen
         if not blockers:
             raise WaitedTooLong(
@@ -127,4 +132,4 @@ def waits_reported(
         watcher.join()
         if not conn.closed:
             with contextlib.suppress(psycopg.Error):
-                conn.execute("RESET statement_timeout")
+                conn.execute(sql.SQL("RESET {}").format(sql.Identifier(setting)))
