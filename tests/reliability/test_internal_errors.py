@@ -44,17 +44,19 @@ def failing_reduce(monkeypatch):
     return fail
 
 
-def _open(pg_dsn, state_dir):
-    engine = Engine(pg_dsn, state_dir, runner="local")
-    engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.2)  # the test's patience
+def _open(pg_dsn, state_dir, runner="local", *, create=False):
+    """An engine with the test's patience; ``create``: with ``VIEWS`` created."""
+    engine = Engine(pg_dsn, state_dir, runner=runner)
+    engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.2)
+    if create:
+        for name, sql in VIEWS.items():
+            engine.create_view(name, sql)
     return engine
 
 
 def test_a_bug_in_an_operator_repopulates_the_view(pg_conn, pg_dsn, state_dir, failing_reduce):
     _setup(pg_conn)
-    with _open(pg_dsn, state_dir) as engine:
-        for name, sql in VIEWS.items():
-            engine.create_view(name, sql)
+    with _open(pg_dsn, state_dir, create=True) as engine:
         _write(pg_conn, 100)
         failing_reduce[0] = 1  # the next batch of the reduce fails once
         engine.catch_up()
@@ -76,9 +78,7 @@ def test_a_bug_in_an_operator_repopulates_the_view(pg_conn, pg_dsn, state_dir, f
 
 def test_a_view_failing_every_time_ends_in_error(pg_conn, pg_dsn, state_dir, failing_reduce):
     _setup(pg_conn)
-    with _open(pg_dsn, state_dir) as engine:
-        for name, sql in VIEWS.items():
-            engine.create_view(name, sql)
+    with _open(pg_dsn, state_dir, create=True) as engine:
         failing_reduce[0] = 10**9
         _write(pg_conn, 100)
         engine.catch_up(timeout_s=30)  # returns: the other view is done, this one gave up
@@ -105,9 +105,7 @@ def test_a_view_failing_every_time_ends_in_error(pg_conn, pg_dsn, state_dir, fai
 @pytest.mark.parametrize("damage", ["missing", "corrupt"])
 def test_a_lost_or_corrupt_state_directory_repopulates(pg_conn, pg_dsn, state_dir, damage):
     _setup(pg_conn)
-    with _open(pg_dsn, state_dir) as engine:
-        for name, sql in VIEWS.items():
-            engine.create_view(name, sql)
+    with _open(pg_dsn, state_dir, create=True) as engine:
         _write(pg_conn, 100)
         engine.catch_up()
     state = state_dir / "views" / "totals" / "state"
@@ -136,10 +134,7 @@ def test_a_bug_in_an_operator_on_spark_repopulates_the_view(
     """The same on the Spark runner: the bug raised in a micro-batch of the view's streaming
     query; the query's view is re-populated and its query restarted from the new state."""
     _setup(pg_conn)
-    with Engine(pg_dsn, state_dir, runner="spark") as engine:
-        engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.2)
-        for name, sql in VIEWS.items():
-            engine.create_view(name, sql)
+    with _open(pg_dsn, state_dir, "spark", create=True) as engine:
         engine.catch_up(timeout_s=120)
         failing_reduce[0] = 1
         _write(pg_conn, 100)
