@@ -67,6 +67,7 @@ from engine.postgres.pgoutput import Begin, Commit, PgOutputDecoder, Relation, T
 from engine.postgres.sink import drop_result_table
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
+from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
 from engine.recovery import RecoveryMixin
 from engine.slot_keeper import SlotKeeper
@@ -279,6 +280,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
         filters = population_filters(view.plan.optimized)
         final = time_
+        # the partitions and children below the sources, read BEFORE the snapshot: one attached
+        # after this read is then noticed by check_partitions even if the snapshot shows it
+        view.save_tree(descendant_names(self.conn, sorted(view.inputs)))
         with snapshot_reader(self.dsn) as reader:
             tables = []
             for table, columns in view.inputs.items():
@@ -380,6 +384,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         if self.runner == "spark":
             self.check_sources()
             self.check_slot()
+            self.check_partitions()
             self._catch_up_spark(deadline, timeout_s)
             return
         backoff = Backoff(cap=5.0)
@@ -408,6 +413,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     def _catch_up_local(self, deadline: float, timeout_s: float) -> None:
         self.check_sources()
         self.check_slot()
+        self.check_partitions()
         self._downstream_dirty = False
         target = self.reader.flush_wal()
         while True:
@@ -488,6 +494,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                     if time.monotonic() >= next_beat:
                         self.check_sources()
                         self.check_slot()
+                        self.check_partitions()
                         running = [v for v in running if v.name in self.views]
                         lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
                         for view in running:
@@ -605,13 +612,15 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                         result[view.name] = ev.commit_ts
                 begin = None
             elif isinstance(ev, Truncate):
-                touched.update(
-                    decoder.relations[o].qualified_name for o in ev.oids if o in decoder.relations
-                )
+                for o in ev.oids:
+                    if o in decoder.relations:
+                        touched.add(decoder.relations[o].qualified_name)
+                        touched.update(self.reader.ancestors_of(o))  # a partition's parents
             elif not isinstance(ev, Relation) and hasattr(ev, "oid"):
                 rel = decoder.relations.get(ev.oid)
-                if rel is not None:
+                if rel is not None and rel.qualified_name not in touched:
                     touched.add(rel.qualified_name)
+                    touched.update(self.reader.ancestors_of(ev.oid))
         return result
 
     def explain(self, sql: str) -> str:

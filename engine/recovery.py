@@ -5,7 +5,11 @@
 * the slot no longer holds a view's changes (``engine.slot_guard``): ``check_slot`` re-creates
   it and re-populates those views, saying why in ``list_views``;
 * a source column or table a view reads changed (``engine.source_schema``): ``check_sources``
-  puts that view in ``error`` with the fix and stops maintaining it; the others go on.
+  puts that view in ``error`` with the fix and stops maintaining it; the others go on;
+* the partitions or inheritance children below a source changed (ATTACH, DETACH, a new
+  partition or child: ``engine.postgres.source_tree``): ``check_partitions`` publishes new
+  children, gives new leaf tables REPLICA IDENTITY FULL and re-populates the views reading it
+  (an attached partition's rows, or a detached one's, never pass through the slot).
 Mixed into ``Engine``; it uses the engine's connections, catalog, reader and views.
 """
 
@@ -18,7 +22,9 @@ from collections.abc import Callable
 import psycopg
 
 from engine.engine_names import SLOT
+from engine.postgres.pgoutput import replica_identity_fix
 from engine.postgres.source_catalog import PostgresCatalog
+from engine.postgres.source_tree import descendant_names, descendants
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
 from engine.source_schema import current_columns
@@ -83,6 +89,52 @@ class RecoveryMixin:
         self.reader.rewind(min(v.state_time for v in self.views.values()))
         return lost
 
+    def check_partitions(self) -> dict[str, str]:
+        """Re-populate the open views whose sources' partitions or inheritance children are not
+        those their population read (an ATTACH, DETACH, DROP or CREATE ... PARTITION OF / a new
+        INHERITS child). Before that, new children are added to the publication and every leaf
+        table below those sources gets REPLICA IDENTITY FULL (without it Postgres refuses their
+        UPDATEs, or logs them without the old values). Returns view name -> why."""
+        views = list(self.views.values())
+        if not views:
+            return {}
+        now = descendant_names(self.conn, sorted({t for v in views for t in v.inputs}))
+        changed: dict[str, str] = {}
+        for view in views:
+            current = {t: now[t] for t in view.inputs}
+            if view.tree is None:  # a view of an older version: from now on
+                view.save_tree(current)
+            elif current != view.tree:
+                changed[view.name] = _tree_change(view.tree, current)
+        if not changed:
+            return {}
+        sources = sorted({t for n in changed for t in self.views[n].inputs})
+        for table in sources:
+            schema, _, name = table.partition(".")
+            for d in descendants(self.conn, schema, name):
+                if d.relkind == "r" and d.replident != "f":
+                    log.warning(
+                        "%s is below source %s: setting its REPLICA IDENTITY FULL",
+                        d.qualified_name,
+                        table,
+                    )
+                    self.conn.execute(replica_identity_fix(d.schema, d.name))
+        self.reader.ensure(sorted(self._inputs_of_all()))  # publishes new inheritance children
+        self.reader.forget_tree()
+        for name, why in changed.items():
+            view = self.views[name]
+            log.warning("view %s is re-populated: %s", name, why)
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
+            self._repopulate(view, view.state_time)
+            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
+            self.catalog.record_state({name: view.state_time})
+            self.catalog.set_phase(name, "running", f"re-populated: {why}")
+            view.record = self.catalog.get(name) or view.record
+        self.reader.rewind(min(v.state_time for v in self.views.values()))
+        return changed
+
     def _db_down(self) -> bool:
         """Whether the database is unreachable right now (a fresh connection fails)."""
         try:
@@ -123,3 +175,16 @@ class RecoveryMixin:
         for view in self.views.values():
             view.stream = None
         self.views.clear()
+
+
+def _tree_change(before: dict[str, list[str]], after: dict[str, list[str]]) -> str:
+    """What changed below the sources, for ``list_views``' last_error."""
+    parts = []
+    for table in sorted(after):
+        old, new = set(before.get(table, [])), set(after[table])
+        if old == new:
+            continue
+        what = [f"{t} added" for t in sorted(new - old)]
+        what += [f"{t} removed" for t in sorted(old - new)]
+        parts.append(f"the partitions or children of {table} changed ({', '.join(what)})")
+    return "; ".join(parts)

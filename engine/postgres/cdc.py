@@ -47,6 +47,7 @@ from engine.postgres.pgoutput import (
     quote_ident,
     replica_identity_fix,
 )
+from engine.postgres.source_tree import ancestors, descendants
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
 SESSION_SETTINGS = {
@@ -251,6 +252,7 @@ class CdcReader:
         # committed before that peek is left to poll)
         self.exhausted = False
         self._conn: psycopg.Connection | None = None
+        self._ancestors: dict[int, list[str]] = {}  # relation oid -> ancestors_of(oid)
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -284,7 +286,7 @@ class CdcReader:
         row = conn.execute("SHOW wal_level").fetchone()
         assert row is not None
         check_wal_level(row[0])
-        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
+        wanted = [p for t in tables for p in self._check_table(conn, *_split_table(t))]
         self._ensure_publication(conn, wanted, replace=False)
         if create_slot and not self.slot_exists():
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
@@ -292,10 +294,16 @@ class CdcReader:
     def set_tables(self, tables: Iterable[str | tuple[str, str]]) -> None:
         """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
         conn = self.connection()
-        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
+        wanted = [p for t in tables for p in self._check_table(conn, *_split_table(t))]
         self._ensure_publication(conn, wanted, replace=True)
 
-    def _check_table(self, conn: psycopg.Connection, schema: str, table: str) -> tuple[str, str]:
+    def _check_table(
+        self, conn: psycopg.Connection, schema: str, table: str
+    ) -> list[tuple[str, str]]:
+        """Check a source table and return the tables to publish for it: the table itself and,
+        for an inheritance parent, its children (a partitioned table's partitions, present and
+        future, are published through it). Every table holding rows (the table, its leaf
+        partitions, its children) needs REPLICA IDENTITY FULL."""
         row = conn.execute(
             "SELECT c.relkind::text, c.relreplident::text FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
@@ -305,20 +313,44 @@ class CdcReader:
         if row is None:
             raise ViewError(f"table {name} does not exist; create it before reading its changes")
         relkind, replident = row
-        if relkind != "r":
-            kinds = {"v": "a view", "m": "a materialized view", "p": "a partitioned table"}
+        if relkind not in ("r", "p"):
+            kinds = {"v": "a view", "m": "a materialized view", "f": "a foreign table"}
             raise ViewError(
                 f"{name} is {kinds.get(relkind, f'a relation of kind {relkind!r}')}; incview "
-                "reads changes of plain tables only: define the view over the underlying tables"
+                "reads changes of tables only: define the view over the underlying tables"
             )
-        check_replica_identity(schema, table, replident)
-        return (schema, table)
+        if relkind == "r":
+            check_replica_identity(schema, table, replident)
+        below = descendants(conn, schema, table)
+        foreign = [d.qualified_name for d in below if d.relkind not in ("r", "p")]
+        if foreign:
+            raise ViewError(
+                f"table {name} has partitions or children that are not tables ({foreign[0]} is "
+                "a foreign table or the like): their changes cannot be read through logical "
+                "decoding; define the view over the other partitions"
+            )
+        lacking = [d for d in below if d.relkind == "r" and d.replident != "f"]
+        if lacking:
+            names = ", ".join(display_name(d.schema, d.name) for d in lacking)
+            fixes = " ".join(replica_identity_fix(d.schema, d.name) for d in lacking)
+            raise ViewError(
+                f"table {name} has partitions or inheritance children without REPLICA IDENTITY "
+                f"FULL ({names}); incview needs the old values of their updated and deleted "
+                f"rows to retract them. Run: {fixes}"
+            )
+        children = [(d.schema, d.name) for d in below if relkind == "r"]
+        return [(schema, table), *children]
 
     def _ensure_publication(
         self, conn: psycopg.Connection, tables: Sequence[tuple[str, str]], *, replace: bool
     ) -> None:
         pub = sql.Identifier(self.publication)
-        table_list = sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
+        tables = list(dict.fromkeys(tables))
+        # ONLY: each table by itself (the children to publish are listed); a partitioned table
+        # publishes its partitions, present and future, under their own names all the same
+        table_list = sql.SQL(", ").join(
+            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in tables
+        )
         with conn.transaction():
             info = conn.execute(
                 "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
@@ -342,11 +374,14 @@ class CdcReader:
                 )
             if all_tables:
                 return
+            # the members (pg_publication_tables lists a partitioned table's leaves instead)
             published = {
                 (s, t)
                 for s, t in conn.execute(
-                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables "
-                    "WHERE pubname = %s",
+                    "SELECT n.nspname::text, c.relname::text FROM pg_publication_rel r "
+                    "JOIN pg_publication p ON p.oid = r.prpubid "
+                    "JOIN pg_class c ON c.oid = r.prrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
                     (self.publication,),
                 ).fetchall()
             }
@@ -356,11 +391,14 @@ class CdcReader:
                         sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, table_list)
                     )
                 return
-            missing = [t for t in dict.fromkeys(tables) if t not in published]
+            missing = [t for t in tables if t not in published]
             if missing:
                 conn.execute(
                     sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                        pub, sql.SQL(", ").join(sql.Identifier(s, t) for s, t in missing)
+                        pub,
+                        sql.SQL(", ").join(
+                            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in missing
+                        ),
                     )
                 )
 
@@ -528,7 +566,9 @@ class CdcReader:
             kind = data[0]
             if skipping:
                 if kind == 82 or kind == 89:  # R, Y: keep the relation cache current
-                    decode(data)
+                    ev = decode(data)
+                    if kind == 82:
+                        self._ancestors.pop(ev.oid, None)
                 elif kind == 67:  # C
                     skipping = False
                     begin = None
@@ -572,6 +612,7 @@ class CdcReader:
                 begin = None
             elif kind == 82:  # R
                 rel = decode(data)
+                self._ancestors.pop(rel.oid, None)  # re-read: it may have been attached/detached
                 acc = tables.get(rel.oid)
                 if acc is not None and acc.rel is not rel:
                     acc.reshape(rel)  # schema change inside the transaction
@@ -589,8 +630,9 @@ class CdcReader:
                 decode(data)
         return txs, skipped
 
-    @staticmethod
-    def _transaction(begin: Begin, commit: Commit, tables: dict[int, _TableChanges]) -> Transaction:
+    def _transaction(
+        self, begin: Begin, commit: Commit, tables: dict[int, _TableChanges]
+    ) -> Transaction:
         tx = Transaction(begin.xid, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
         for acc in tables.values():
             name = acc.rel.qualified_name
@@ -603,7 +645,40 @@ class CdcReader:
             tx.relations[name] = acc.rel
             if acc.truncated:
                 tx.truncated.add(name)
+        # a partition's or inheritance child's changes are also changes of every table above it
+        # (``SELECT ... FROM parent`` reads them): reported under each ancestor's name too, rows
+        # as the first such table's relation has them (by column name; a child's extra columns
+        # another child lacks are None: no view of the parent reads them)
+        for oid, acc in tables.items():
+            for parent in self.ancestors_of(oid):
+                batch = tx.changes.get(parent)
+                if batch is None:
+                    tx.changes[parent] = DiffBatch(list(acc.rows), list(acc.weights))
+                    tx.relations[parent] = acc.rel
+                else:
+                    rel = tx.relations[parent]
+                    rows = acc.rows
+                    if rel.column_names != acc.rel.column_names:
+                        index = {n: i for i, n in enumerate(acc.rel.column_names)}
+                        picks = [index.get(n) for n in rel.column_names]
+                        rows = [tuple(None if i is None else r[i] for i in picks) for r in rows]
+                    batch.rows.extend(rows)
+                    batch.weights.extend(acc.weights)
+                if acc.truncated:
+                    tx.truncated.add(parent)
         return tx
+
+    def ancestors_of(self, oid: int) -> list[str]:
+        """The tables relation ``oid`` is a partition or inheritance child of (all depths), from
+        the catalog, cached per relation until its next Relation message or ``forget_tree()``."""
+        found = self._ancestors.get(oid)
+        if found is None:
+            found = self._ancestors[oid] = ancestors(self.connection(), oid)
+        return found
+
+    def forget_tree(self) -> None:
+        """Drop the cached ancestors (after an ATTACH, DETACH or new inheritance child)."""
+        self._ancestors.clear()
 
     # -- moving the slot ------------------------------------------------------------------
     def advance(self, lsn: int | str) -> int:
