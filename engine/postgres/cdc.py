@@ -24,6 +24,7 @@ flushes it (up to ~3 x ``wal_writer_delay``); ``flush_wal()`` forces it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ SESSION_SETTINGS = {
     "bytea_output": "hex",
     "synchronous_commit": "on",  # flush_wal() relies on our own commits being flushed
 }
+
+log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
@@ -587,7 +590,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old is None or ev.old_is_key:
-                    raise _missing_old_row(acc.rel, "an UPDATE")
+                    self._old_row_missing(acc, ev.oid, "an UPDATE")
+                    continue
                 acc.rows += (ev.old, ev.new)
                 acc.weights += (-1, 1)
             elif kind == 68:  # D
@@ -596,7 +600,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old_is_key:
-                    raise _missing_old_row(acc.rel, "a DELETE")
+                    self._old_row_missing(acc, ev.oid, "a DELETE")
+                    continue
                 acc.rows.append(ev.old)
                 acc.weights.append(-1)
             elif kind == 66:  # B
@@ -629,6 +634,25 @@ class CdcReader:
             else:  # O (origin), Y (type), M (message): nothing to gather
                 decode(data)
         return txs, skipped
+
+    def _old_row_missing(self, acc: _TableChanges, oid: int, what: str) -> None:
+        """A change arrived without its old row: an error (``_missing_old_row``), unless the
+        table is a partition or inheritance child of another, one created or attached after the
+        views were (the engine gives those REPLICA IDENTITY FULL when it notices them, which may
+        be after their first UPDATE): then the transaction counts as a TRUNCATE of the table,
+        and the views reading it or its parents re-populate from a snapshot holding it."""
+        parents = self.ancestors_of(oid)
+        if not parents:
+            raise _missing_old_row(acc.rel, what)
+        log.warning(
+            "%s of %s (below %s) arrived without the old row: its views are re-populated",
+            what,
+            acc.rel.qualified_name,
+            ", ".join(parents),
+        )
+        acc.rows.clear()
+        acc.weights.clear()
+        acc.truncated = True
 
     def _transaction(
         self, begin: Begin, commit: Commit, tables: dict[int, _TableChanges]
