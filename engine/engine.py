@@ -67,7 +67,6 @@ from engine.postgres.pgoutput import Begin, Commit, PgOutputDecoder, Relation, T
 from engine.postgres.sink import drop_result_table
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
-from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
 from engine.recovery import RecoveryMixin
 from engine.slot_keeper import SlotKeeper
@@ -280,9 +279,13 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
         filters = population_filters(view.plan.optimized)
         final = time_
-        # the partitions and children below the sources, read BEFORE the snapshot: one attached
-        # after this read is then noticed by check_partitions even if the snapshot shows it
-        view.save_tree(descendant_names(self.conn, sorted(view.inputs)))
+        # the partitions and children below the sources, published (new inheritance children)
+        # and given REPLICA IDENTITY FULL BEFORE the snapshot: one attached or created after
+        # this is then noticed by check_partitions (and re-populates) even if the snapshot
+        # shows its rows
+        view.save_tree(
+            self.reader.ensure(sorted(view.inputs), create_slot=False, adopt_children=True)
+        )
         with snapshot_reader(self.dsn) as reader:
             tables = []
             for table, columns in view.inputs.items():
@@ -660,7 +663,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                     continue  # not maintained: its tables may be gone
                 v = self.views.get(r.name)
                 needed.update(v.inputs if v is not None else self._tables_needed_by(r))
-            self.reader.set_tables(sorted(needed))
+            self.reader.set_tables(sorted(needed), adopt_children=True)
 
     def _tables_needed_by(self, record: ViewRecord) -> list[str]:
         """Source tables of a view this process has not opened (or could not: a broken one)."""

@@ -22,9 +22,8 @@ from collections.abc import Callable
 import psycopg
 
 from engine.engine_names import SLOT
-from engine.postgres.pgoutput import replica_identity_fix
 from engine.postgres.source_catalog import PostgresCatalog
-from engine.postgres.source_tree import descendant_names, descendants
+from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
 from engine.source_schema import current_columns
@@ -73,7 +72,8 @@ class RecoveryMixin:
             return {}
         if state.exists and not state.usable:
             self.conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
-        self.reader.ensure(sorted(self._inputs_of_all()))  # creates the slot when missing
+        # creates the slot when missing
+        self.reader.ensure(sorted(self._inputs_of_all()), adopt_children=True)
         lsn = self.reader.confirmed_lsn()
         for name, why in lost.items():
             view = self.views[name]
@@ -92,9 +92,9 @@ class RecoveryMixin:
     def check_partitions(self) -> dict[str, str]:
         """Re-populate the open views whose sources' partitions or inheritance children are not
         those their population read (an ATTACH, DETACH, DROP or CREATE ... PARTITION OF / a new
-        INHERITS child). Before that, new children are added to the publication and every leaf
-        table below those sources gets REPLICA IDENTITY FULL (without it Postgres refuses their
-        UPDATEs, or logs them without the old values). Returns view name -> why."""
+        INHERITS child). Their population publishes new children and gives every leaf table
+        below the sources REPLICA IDENTITY FULL (without it Postgres refuses their UPDATEs, or
+        logs them without the old values). Returns view name -> why."""
         views = list(self.views.values())
         if not views:
             return {}
@@ -108,18 +108,6 @@ class RecoveryMixin:
                 changed[view.name] = _tree_change(view.tree, current)
         if not changed:
             return {}
-        sources = sorted({t for n in changed for t in self.views[n].inputs})
-        for table in sources:
-            schema, _, name = table.partition(".")
-            for d in descendants(self.conn, schema, name):
-                if d.relkind == "r" and d.replident != "f":
-                    log.warning(
-                        "%s is below source %s: setting its REPLICA IDENTITY FULL",
-                        d.qualified_name,
-                        table,
-                    )
-                    self.conn.execute(replica_identity_fix(d.schema, d.name))
-        self.reader.ensure(sorted(self._inputs_of_all()))  # publishes new inheritance children
         self.reader.forget_tree()
         for name, why in changed.items():
             view = self.views[name]

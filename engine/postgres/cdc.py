@@ -281,32 +281,57 @@ class CdcReader:
         self.close()
 
     # -- setup ----------------------------------------------------------------------------
-    def ensure(self, tables: Iterable[str | tuple[str, str]], *, create_slot: bool = True) -> None:
+    def ensure(
+        self,
+        tables: Iterable[str | tuple[str, str]],
+        *,
+        create_slot: bool = True,
+        adopt_children: bool = False,
+    ) -> dict[str, list[str]]:
         """Check the server and ``tables``, publish them (adding to an existing publication) and
         create the slot if missing. ``create_slot=False`` leaves the slot to
-        ``exported_snapshot()`` (population with a new slot)."""
+        ``exported_snapshot()`` (population with a new slot). A partition or inheritance child
+        without REPLICA IDENTITY FULL is an error, or with ``adopt_children`` is given FULL.
+        Returns each table's partitions and children (``source_tree.descendant_names``) as
+        checked and published here."""
         conn = self.connection()
         row = conn.execute("SHOW wal_level").fetchone()
         assert row is not None
         check_wal_level(row[0])
-        wanted = [p for t in tables for p in self._check_table(conn, *_split_table(t))]
+        wanted, tree = self._check_tables(conn, tables, adopt_children)
         self._ensure_publication(conn, wanted, replace=False)
         if create_slot and not self.slot_exists():
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        return tree
 
-    def set_tables(self, tables: Iterable[str | tuple[str, str]]) -> None:
+    def set_tables(
+        self, tables: Iterable[str | tuple[str, str]], *, adopt_children: bool = False
+    ) -> None:
         """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
         conn = self.connection()
-        wanted = [p for t in tables for p in self._check_table(conn, *_split_table(t))]
+        wanted, _ = self._check_tables(conn, tables, adopt_children)
         self._ensure_publication(conn, wanted, replace=True)
 
+    def _check_tables(
+        self, conn: psycopg.Connection, tables: Iterable[str | tuple[str, str]], adopt: bool
+    ) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+        wanted: list[tuple[str, str]] = []
+        tree: dict[str, list[str]] = {}
+        for t in tables:
+            schema, table = _split_table(t)
+            publish, below = self._check_table(conn, schema, table, adopt)
+            wanted += publish
+            tree[f"{schema}.{table}"] = below
+        return wanted, tree
+
     def _check_table(
-        self, conn: psycopg.Connection, schema: str, table: str
-    ) -> list[tuple[str, str]]:
-        """Check a source table and return the tables to publish for it: the table itself and,
-        for an inheritance parent, its children (a partitioned table's partitions, present and
-        future, are published through it). Every table holding rows (the table, its leaf
-        partitions, its children) needs REPLICA IDENTITY FULL."""
+        self, conn: psycopg.Connection, schema: str, table: str, adopt: bool
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """Check a source table; return the tables to publish for it (the table itself and, for
+        an inheritance parent, its children: a partitioned table's partitions, present and
+        future, are published through it) and the names of the tables below it. Every table
+        holding rows (the table, its leaf partitions, its children) needs REPLICA IDENTITY FULL;
+        ``adopt`` gives it to the partitions and children that lack it."""
         row = conn.execute(
             "SELECT c.relkind::text, c.relreplident::text FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
@@ -333,7 +358,15 @@ class CdcReader:
                 "decoding; define the view over the other partitions"
             )
         lacking = [d for d in below if d.relkind == "r" and d.replident != "f"]
-        if lacking:
+        if lacking and adopt:
+            for d in lacking:
+                log.warning(
+                    "%s is below source %s: setting its REPLICA IDENTITY FULL",
+                    d.qualified_name,
+                    name,
+                )
+                conn.execute(replica_identity_fix(d.schema, d.name))
+        elif lacking:
             names = ", ".join(display_name(d.schema, d.name) for d in lacking)
             fixes = " ".join(replica_identity_fix(d.schema, d.name) for d in lacking)
             raise ViewError(
@@ -342,7 +375,7 @@ class CdcReader:
                 f"rows to retract them. Run: {fixes}"
             )
         children = [(d.schema, d.name) for d in below if relkind == "r"]
-        return [(schema, table), *children]
+        return [(schema, table), *children], [d.qualified_name for d in below]
 
     def _ensure_publication(
         self, conn: psycopg.Connection, tables: Sequence[tuple[str, str]], *, replace: bool

@@ -13,12 +13,15 @@ and a child without REPLICA IDENTITY FULL are refused with a clear error, leavin
 from __future__ import annotations
 
 import random
+import signal
+import time
 
 import psycopg
 import pytest
 
 from engine import Engine, UnsupportedSQL, ViewError
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.incview_process import incview_run
 
 SCHEMA = """
 CREATE TABLE r (k int, v int, g text) PARTITION BY RANGE (k);
@@ -256,3 +259,44 @@ def test_only_and_children_without_replica_identity_are_refused(pg_dsn, tmp_path
             # the partitioned tables' leaves all have it: accepted
             eng.create_view("all_s", "SELECT k, g FROM s")
             _assert_equal(conn, {"all_s": "SELECT k, g FROM s"}, "after population")
+
+
+def test_incview_run_follows_the_partitions(pg_dsn, tmp_path):
+    """``incview run`` (runner local) over a partitioned table and an inheritance parent: a
+    partition created while no engine ran, a table holding rows attached and a new child with
+    rows while it runs; each time the views come back equal to their queries by themselves."""
+    rng = random.Random(3)
+    views = {**_views("r"), **_views("p")}
+    state = tmp_path / "state"
+    log = tmp_path / "run.log"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _setup(conn, rng)
+        with Engine(pg_dsn, state, runner="local") as eng:
+            for name, sql in views.items():
+                eng.create_view(name, sql)
+        conn.execute("CREATE TABLE r4 PARTITION OF r FOR VALUES FROM (300) TO (400)")
+        conn.execute("INSERT INTO r SELECT 300 + i, i, 'c' FROM generate_series(0, 30) i")
+        with incview_run(pg_dsn, state, log) as proc:
+
+            def wait_equal(when: str, timeout_s: float = 60) -> None:
+                deadline = time.monotonic() + timeout_s
+                while time.monotonic() < deadline:
+                    assert proc.poll() is None, log.read_text()
+                    if all(diff_rows(conn, n, q) == (0, 0) for n, q in views.items()):
+                        return
+                    time.sleep(0.3)
+                raise AssertionError(f"not equal {when} after {timeout_s} s\n{log.read_text()}")
+
+            wait_equal("after a partition was created while no engine ran")
+            conn.execute("CREATE TABLE r_old (LIKE r)")
+            conn.execute("INSERT INTO r_old SELECT 400 + i, i, 'a' FROM generate_series(1, 20) i")
+            conn.execute("ALTER TABLE r ATTACH PARTITION r_old FOR VALUES FROM (400) TO (500)")
+            wait_equal("after ATTACH PARTITION")
+            conn.execute("CREATE TABLE p_c3 () INHERITS (p)")
+            conn.execute("INSERT INTO p_c3 SELECT i, i, 'c' FROM generate_series(1, 10) i")
+            wait_equal("after a new inheritance child")
+            conn.execute("UPDATE p SET v = v + 1 WHERE k < 5")  # p_c3 has FULL by now
+            conn.execute("UPDATE r SET k = k - 100, v = 0 WHERE k BETWEEN 400 AND 410")
+            wait_equal("after updates of the new partition and child")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log.read_text()
