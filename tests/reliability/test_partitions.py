@@ -239,6 +239,21 @@ def test_partitions_attached_detached_created_while_running(pg_dsn, tmp_path, ca
             _assert_equal(conn, views, "after changes through the new tree")
             assert {s.phase for s in eng.list_views()} == {"running"}
 
+            # dropping the views unpublishes the tables, the last one the publication and slot
+            eng.drop_view("r_rows")
+            eng.drop_view("r_sums")
+            members = conn.execute(
+                "SELECT prrelid::regclass::text FROM pg_publication_rel ORDER BY 1"
+            ).fetchall()
+            assert [m for (m,) in members] == ["p", "p_c1", "p_c1a", "p_c3", "p_old"]
+            eng.drop_view("p_rows")
+            eng.drop_view("p_sums")
+            assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0
+            slots = conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+            )
+            assert slots.fetchone()[0] == 0
+
 
 def test_only_and_children_without_replica_identity_are_refused(pg_dsn, tmp_path):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
