@@ -9,7 +9,16 @@ has no streaming replication API), decodes the pgoutput messages and returns who
 ``advance(tx.end_lsn)`` after its sink committed that transaction, so a crash replays from the
 last committed LSN. ``exported_snapshot()``, ``current_snapshot()`` and ``visible_in_snapshot()``
 give population a snapshot consistent with the slot. This module must not apply changes, keep
-view state or commit anything in the source database besides the slot and the publication.
+view state or commit anything in the source database besides the slot and the publication (and,
+asked to with ``adopt_children``, REPLICA IDENTITY FULL on partitions and inheritance children).
+
+Partitioned tables and inheritance parents (``engine.postgres.source_tree``): a source is
+published ``ONLY``; a partitioned one then publishes every partition, present and future, under
+the partition's own name (``publish_via_partition_root`` stays off: with it a TRUNCATE of one
+partition is not replicated, and a view reading a partition itself would miss its changes); an
+inheritance parent's children are published by name. A transaction reports each partition's or
+child's changes under its own name AND under the name of every table above it, so a view of
+the parent sees them, projected by column name (a child's extra columns, another column order).
 
 Observed on PostgreSQL 15 (tests/postgres/test_cdc.py): ``upto_nchanges`` is checked only after
 a whole WAL record is decoded, and a transaction's changes are all emitted when its commit record

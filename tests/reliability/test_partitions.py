@@ -276,6 +276,7 @@ def test_only_and_children_without_replica_identity_are_refused(pg_dsn, tmp_path
             _assert_equal(conn, {"all_s": "SELECT k, g FROM s"}, "after population")
 
 
+@pytest.mark.slow  # a child process (``incview run``): ~6 s
 def test_incview_run_follows_the_partitions(pg_dsn, tmp_path):
     """``incview run`` (runner local) over a partitioned table and an inheritance parent: a
     partition created while no engine ran, a table holding rows attached and a new child with
