@@ -176,7 +176,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             if record.phase == "populating" and not marker.exists():
                 continue  # an interrupted create_view: left for drop_view / re-creation
             if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
-                continue  # its sources changed under it: it stays broken until dropped
+                # its sources changed under it: it stays broken until dropped
+                self.broken[record.name] = record.last_error or ""
+                continue
             try:
                 plan = plan_view(record.sql, self.sources)
             except IncviewError as e:
@@ -652,6 +654,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             drop_result_table(self.sink_conn, record.result_schema, record.result_table)
         shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
         self.catalog.delete(name)
+        self.broken.pop(name, None)  # a view created again under this name starts afresh
         others = self.catalog.all()
         if not others:
             with self._advance_lock:  # not while the slot keeper advances

@@ -22,10 +22,12 @@ from collections.abc import Callable
 import psycopg
 
 from engine.engine_names import SLOT
+from engine.errors import ViewError
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
+from engine.source_schema import FIX as SOURCE_FIX
 from engine.source_schema import current_columns
 
 log = logging.getLogger("engine.engine")
@@ -115,12 +117,17 @@ class RecoveryMixin:
             if view.stream is not None:
                 view.stream.stop()
                 view.stream = None
-            self._repopulate(view, view.state_time)
+            try:
+                self._repopulate(view, view.state_time)
+            except ViewError as e:  # e.g. a foreign table attached as a partition
+                self._break(name, f"{why}, and it cannot follow: {e}; {SOURCE_FIX}")
+                continue
             shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
             self.catalog.record_state({name: view.state_time})
             self.catalog.set_phase(name, "running", f"re-populated: {why}")
             view.record = self.catalog.get(name) or view.record
-        self.reader.rewind(min(v.state_time for v in self.views.values()))
+        if self.views:
+            self.reader.rewind(min(v.state_time for v in self.views.values()))
         return changed
 
     def _db_down(self) -> bool:

@@ -316,3 +316,50 @@ def test_incview_run_follows_the_partitions(pg_dsn, tmp_path):
             wait_equal("after updates of the new partition and child")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0, log.read_text()
+
+
+def test_a_foreign_partition_stops_only_the_views_of_its_table(pg_dsn, tmp_path):
+    """A foreign table attached as a partition: its rows never pass through logical decoding,
+    so the views of that partitioned table go to ``error`` naming it (and stay there after a
+    restart, until dropped); the other views keep running. Refused at create_view, too."""
+    views = {**_views("r"), **_views("p")}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _setup(conn, random.Random(2))
+        conn.execute("CREATE EXTENSION file_fdw")
+        conn.execute("CREATE SERVER files FOREIGN DATA WRAPPER file_fdw")
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            for name, sql in views.items():
+                eng.create_view(name, sql)
+            conn.execute(
+                "CREATE FOREIGN TABLE r_far PARTITION OF r FOR VALUES FROM (600) TO (700) "
+                "SERVER files OPTIONS (filename '/dev/null', format 'csv')"
+            )
+            conn.execute("INSERT INTO p VALUES (1, 2, 'a')")
+            eng.catch_up()
+            status = {s.name: s for s in eng.list_views()}
+            for name in ("r_rows", "r_sums"):
+                assert status[name].phase == "error"
+                assert "public.r_far is a foreign table" in status[name].last_error
+                assert "drop the view and create it again" in status[name].last_error
+            _assert_equal(conn, _views("p"), "beside the broken views")
+            with pytest.raises(ViewError, match="r_far is a foreign table"):
+                eng.create_view("r_again", "SELECT k FROM r")
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            conn.execute("INSERT INTO p VALUES (3, 4, 'b')")
+            eng.catch_up()
+            phases = {s.name: s.phase for s in eng.list_views()}
+            assert phases == {
+                "r_rows": "error",
+                "r_sums": "error",
+                "p_rows": "running",
+                "p_sums": "running",
+            }
+            _assert_equal(conn, _views("p"), "after a restart")
+            eng.drop_view("r_rows")
+            eng.drop_view("r_sums")
+            conn.execute("DROP FOREIGN TABLE r_far")
+            eng.create_view("r_rows", views["r_rows"])  # the same name again: maintained
+            conn.execute("INSERT INTO r VALUES (5, 6, 'c')")
+            eng.catch_up()
+            assert {s.phase for s in eng.list_views()} == {"running"}
+            _assert_equal(conn, {"r_rows": views["r_rows"], **_views("p")}, "re-created")
