@@ -146,6 +146,12 @@ def test_views_over_partitions_and_children_equal_their_queries(pg_dsn, tmp_path
             assert {s.lag_ms for s in statuses} == {0.0}
             # applied change by change: the partitions never changed, nothing was re-populated
             assert {s.last_error for s in statuses} == {None}
+            # a pending change of a partition is pending for the views of its parent (lag > 0)
+            conn.execute("SET synchronous_commit = on")  # peekable at once
+            conn.execute("INSERT INTO s1_a VALUES (1, 1, 'a')")
+            lags = {s.name: s.lag_ms for s in eng.list_views()}
+            assert lags["s_rows"] > 0 and lags["s_sums"] > 0
+            assert lags["r_rows"] == 0 and lags["r2_rows"] == 0
 
 
 def _last_error(eng: Engine, name: str) -> str | None:
