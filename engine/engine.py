@@ -196,7 +196,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             marker = self.state_dir / "views" / record.name / REPOPULATE_MARKER
             created = record.phase == "populating" and not marker.exists()  # a create, crashed
             if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
-                continue  # its sources changed under it: it stays broken until dropped
+                # its sources changed under it: it stays broken until dropped
+                self.broken[record.name] = record.last_error or ""
+                continue
             try:
                 plan = plan_view(record.sql, self.sources)
             except IncviewError as e:
@@ -344,6 +346,13 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
         filters = population_filters(view.plan.optimized)
         final = time_
+        # the partitions and children below the sources, published (new inheritance children)
+        # and given REPLICA IDENTITY FULL BEFORE the snapshot: one attached or created after
+        # this is then noticed by check_partitions (and re-populates) even if the snapshot
+        # shows its rows
+        view.save_tree(
+            self.reader.ensure(sorted(view.inputs), create_slot=False, adopt_children=True)
+        )
         with (
             snapshot_reader(self.dsn) as reader,
             waits_reported(
@@ -455,6 +464,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         if self.runner == "spark":
             self.check_sources()
             self.check_slot()
+            self.check_partitions()
             self._catch_up_spark(deadline, timeout_s)
             return
         backoff = Backoff(cap=5.0)
@@ -483,6 +493,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     def _catch_up_local(self, deadline: float, timeout_s: float) -> None:
         self.check_sources()
         self.check_slot()
+        self.check_partitions()
         self._downstream_dirty = False
         target = self.reader.flush_wal()
         while True:
@@ -570,6 +581,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                     if time.monotonic() >= next_beat:
                         self.check_sources()
                         self.check_slot()
+                        self.check_partitions()
                         running = [v for v in running if v.name in self.views]
                         lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
                         for view in running:
@@ -686,13 +698,15 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                         result[view.name] = ev.commit_ts
                 begin = None
             elif isinstance(ev, Truncate):
-                touched.update(
-                    decoder.relations[o].qualified_name for o in ev.oids if o in decoder.relations
-                )
+                for o in ev.oids:
+                    if o in decoder.relations:
+                        touched.add(decoder.relations[o].qualified_name)
+                        touched.update(self.reader.ancestors_of(o))  # a partition's parents
             elif not isinstance(ev, Relation) and hasattr(ev, "oid"):
                 rel = decoder.relations.get(ev.oid)
-                if rel is not None:
+                if rel is not None and rel.qualified_name not in touched:
                     touched.add(rel.qualified_name)
+                    touched.update(self.reader.ancestors_of(ev.oid))
         return result
 
     def explain(self, sql: str) -> str:
@@ -728,6 +742,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         drop_result_table(self.sink_conn, record.result_schema, record.result_table)
         shutil.rmtree(self.state_dir / "views" / record.name, ignore_errors=True)
         self.catalog.delete(record.name)
+        self.broken.pop(record.name, None)  # a view created again under this name starts afresh
 
     def _release_sources(self) -> None:
         """Publish exactly the tables the catalog's views read; no view: no slot, no publication."""
@@ -742,7 +757,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                     continue  # not maintained: its tables may be gone
                 v = self.views.get(r.name)
                 needed.update(v.inputs if v is not None else self._tables_needed_by(r))
-            self.reader.set_tables(sorted(needed))
+            self.reader.set_tables(sorted(needed), adopt_children=True)
 
     def _tables_needed_by(self, record: ViewRecord) -> list[str]:
         """Source tables of a view this process has not opened (or could not: a broken one)."""

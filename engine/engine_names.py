@@ -16,3 +16,5 @@ POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
 ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
 SOURCES_FILE = "sources.json"  # the columns of its sources a view reads (engine.source_schema)
+# the partitions and inheritance children below each source, as the last population read them
+TREE_FILE = "tree.json"

@@ -8,7 +8,11 @@
   puts that view in ``error`` with the fix and stops maintaining it; the others go on;
 * a view failed inside the engine (a bug in an operator, state it cannot read):
   ``_internal_error`` sends it back to population, right away and then with backoff, and gives
-  up after too many failures in a row (``engine.view_repairs``); ``repair_due`` re-populates.
+  up after too many failures in a row (``engine.view_repairs``); ``repair_due`` re-populates;
+* the partitions or inheritance children below a source changed (ATTACH, DETACH, a new
+  partition or child: ``engine.postgres.source_tree``): ``check_partitions`` publishes new
+  children, gives new leaf tables REPLICA IDENTITY FULL and re-populates the views reading it
+  (an attached partition's rows, or a detached one's, never pass through the slot).
 Mixed into ``Engine``; it uses the engine's connections, catalog, reader and views.
 """
 
@@ -23,10 +27,13 @@ from collections.abc import Callable
 import psycopg
 
 from engine.engine_names import REPOPULATE_MARKER, SLOT
+from engine.errors import ViewError
 from engine.outage import is_disk_full, is_outage
 from engine.postgres.source_catalog import PostgresCatalog
+from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
+from engine.source_schema import FIX as SOURCE_FIX
 from engine.source_schema import current_columns
 from engine.view_runtime import ViewRuntime
 
@@ -74,7 +81,8 @@ class RecoveryMixin:
             return {}
         if state.exists and not state.usable:
             self.conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
-        self.reader.ensure(sorted(self._inputs_of_all()))  # creates the slot when missing
+        # creates the slot when missing
+        self.reader.ensure(sorted(self._inputs_of_all()), adopt_children=True)
         lsn = self.reader.confirmed_lsn()
         for name, why in lost.items():
             view = self.views[name]
@@ -165,6 +173,45 @@ class RecoveryMixin:
             self.reader.rewind(min(v.state_time for v in self.views.values()))
         return done
 
+    def check_partitions(self) -> dict[str, str]:
+        """Re-populate the open views whose sources' partitions or inheritance children are not
+        those their population read (an ATTACH, DETACH, DROP or CREATE ... PARTITION OF / a new
+        INHERITS child). Their population publishes new children and gives every leaf table
+        below the sources REPLICA IDENTITY FULL (without it Postgres refuses their UPDATEs, or
+        logs them without the old values). Returns view name -> why."""
+        views = list(self.views.values())
+        if not views:
+            return {}
+        now = descendant_names(self.conn, sorted({t for v in views for t in v.inputs}))
+        changed: dict[str, str] = {}
+        for view in views:
+            current = {t: now[t] for t in view.inputs}
+            if view.tree is None:  # a view of an older version: from now on
+                view.save_tree(current)
+            elif current != view.tree:
+                changed[view.name] = _tree_change(view.tree, current)
+        if not changed:
+            return {}
+        self.reader.forget_tree()
+        for name, why in changed.items():
+            view = self.views[name]
+            log.warning("view %s is re-populated: %s", name, why)
+            if view.stream is not None:
+                view.stream.stop()
+                view.stream = None
+            try:
+                self._repopulate(view, view.state_time)
+            except ViewError as e:  # e.g. a foreign table attached as a partition
+                self._break(name, f"{why}, and it cannot follow: {e}; {SOURCE_FIX}")
+                continue
+            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
+            self.catalog.record_state({name: view.state_time})
+            self.catalog.set_phase(name, "running", f"re-populated: {why}")
+            view.record = self.catalog.get(name) or view.record
+        if self.views:
+            self.reader.rewind(min(v.state_time for v in self.views.values()))
+        return changed
+
     def _db_down(self) -> bool:
         """Whether the database is unreachable right now (a fresh connection fails)."""
         try:
@@ -205,3 +252,16 @@ class RecoveryMixin:
         for view in self.views.values():
             view.stream = None
         self.views.clear()
+
+
+def _tree_change(before: dict[str, list[str]], after: dict[str, list[str]]) -> str:
+    """What changed below the sources, for ``list_views``' last_error."""
+    parts = []
+    for table in sorted(after):
+        old, new = set(before.get(table, [])), set(after[table])
+        if old == new:
+            continue
+        what = [f"{t} added" for t in sorted(new - old)]
+        what += [f"{t} removed" for t in sorted(old - new)]
+        parts.append(f"the partitions or children of {table} changed ({', '.join(what)})")
+    return "; ".join(parts)

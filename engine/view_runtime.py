@@ -20,7 +20,7 @@ import psycopg
 
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import StateStore
-from engine.engine_names import SOURCES_FILE
+from engine.engine_names import SOURCES_FILE, TREE_FILE
 from engine.errors import SourceChanged
 from engine.postgres.cdc import PgSnapshot
 from engine.postgres.sink import ResultSink
@@ -69,6 +69,19 @@ class ViewRuntime:
         # commit time of the last source transaction applied (list_views' lag)
         self.last_commit: datetime | None = record.last_commit_time
         self._projections: dict[tuple[str, tuple[str, ...]], Callable[[tuple], tuple]] = {}
+        # source -> the tables below it (partitions, inheritance children) its last population
+        # read (None: not recorded, a view of an older version)
+        tree = self.dir / TREE_FILE
+        self.tree: dict[str, list[str]] | None = (
+            json.loads(tree.read_text()) if tree.exists() else None
+        )
+
+    def save_tree(self, tree: dict[str, list[str]]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / (TREE_FILE + ".tmp")
+        tmp.write_text(json.dumps(tree, sort_keys=True))
+        tmp.replace(self.dir / TREE_FILE)
+        self.tree = tree
 
     # population snapshot ---------------------------------------------------------------------
     def _load_snapshot(self) -> PgSnapshot | None:

@@ -9,7 +9,16 @@ has no streaming replication API), decodes the pgoutput messages and returns who
 ``advance(tx.end_lsn)`` after its sink committed that transaction, so a crash replays from the
 last committed LSN. ``exported_snapshot()``, ``current_snapshot()`` and ``visible_in_snapshot()``
 give population a snapshot consistent with the slot. This module must not apply changes, keep
-view state or commit anything in the source database besides the slot and the publication.
+view state or commit anything in the source database besides the slot and the publication (and,
+asked to with ``adopt_children``, REPLICA IDENTITY FULL on partitions and inheritance children).
+
+Partitioned tables and inheritance parents (``engine.postgres.source_tree``): a source is
+published ``ONLY``; a partitioned one then publishes every partition, present and future, under
+the partition's own name (``publish_via_partition_root`` stays off: with it a TRUNCATE of one
+partition is not replicated, and a view reading a partition itself would miss its changes); an
+inheritance parent's children are published by name. A transaction reports each partition's or
+child's changes under its own name AND under the name of every table above it, so a view of
+the parent sees them, projected by column name (a child's extra columns, another column order).
 
 Observed on PostgreSQL 15 (tests/postgres/test_cdc.py): ``upto_nchanges`` is checked only after
 a whole WAL record is decoded, and a transaction's changes are all emitted when its commit record
@@ -48,6 +57,7 @@ from engine.postgres.pgoutput import (
     quote_ident,
     replica_identity_fix,
 )
+from engine.postgres.source_tree import ancestors, descendants
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
@@ -60,9 +70,9 @@ SESSION_SETTINGS = {
     "synchronous_commit": "on",  # flush_wal() relies on our own commits being flushed
 }
 
-_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+log = logging.getLogger(__name__)
 
-log = logging.getLogger("engine.postgres.cdc")
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
 
 def check_wal_level(setting: str) -> None:
@@ -258,6 +268,7 @@ class CdcReader:
         self._conn: psycopg.Connection | None = None
         # how long a statement may wait on other sessions (engine.postgres.waiting)
         self.wait_s = wait_timeout_s
+        self._ancestors: dict[int, list[str]] = {}  # relation oid -> ancestors_of(oid)
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -283,16 +294,25 @@ class CdcReader:
         self.close()
 
     # -- setup ----------------------------------------------------------------------------
-    def ensure(self, tables: Iterable[str | tuple[str, str]], *, create_slot: bool = True) -> None:
+    def ensure(
+        self,
+        tables: Iterable[str | tuple[str, str]],
+        *,
+        create_slot: bool = True,
+        adopt_children: bool = False,
+    ) -> dict[str, list[str]]:
         """Check the server and ``tables``, publish them (adding to an existing publication) and
         create the slot if missing. ``create_slot=False`` leaves the slot to
-        ``exported_snapshot()`` (population with a new slot)."""
+        ``exported_snapshot()`` (population with a new slot). A partition or inheritance child
+        without REPLICA IDENTITY FULL is an error, or with ``adopt_children`` is given FULL.
+        Returns each table's partitions and children (``source_tree.descendant_names``) as
+        checked and published here."""
         conn = self.connection()
         row = conn.execute("SHOW wal_level").fetchone()
         assert row is not None
         check_wal_level(row[0])
-        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
-        had = self.published_tables() if self._publication_exists() else None
+        wanted, tree = self._check_tables(conn, tables, adopt_children)
+        had = self._members(conn) if self._publication_exists() else None
         try:
             with waits_reported(conn, "publishing the views' tables", self.conninfo, self.wait_s):
                 self._ensure_publication(conn, wanted, replace=False)
@@ -305,6 +325,18 @@ class CdcReader:
         except WaitedTooLong:
             self._restore_publication(had)  # leave the publication as it was
             raise
+        return tree
+
+    def _members(self, conn: psycopg.Connection) -> set[tuple[str, str]]:
+        """The tables added to the publication (a partitioned table itself, not its leaves)."""
+        rows = conn.execute(
+            "SELECT n.nspname::text, c.relname::text FROM pg_publication_rel r "
+            "JOIN pg_publication p ON p.oid = r.prpubid "
+            "JOIN pg_class c ON c.oid = r.prrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+            (self.publication,),
+        ).fetchall()
+        return {(s, t) for s, t in rows}
 
     def _publication_exists(self) -> bool:
         row = self.connection().execute(
@@ -312,25 +344,46 @@ class CdcReader:
         )
         return row.fetchone() is not None
 
-    def _restore_publication(self, tables: set[str] | None) -> None:
+    def _restore_publication(self, tables: set[tuple[str, str]] | None) -> None:
         """Best effort: the publication back to ``tables`` (None: it did not exist)."""
         conn = self.connection()
         try:
             if tables is None:
                 pub = sql.Identifier(self.publication)
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(pub))
-            elif self.published_tables() != tables:
-                self._ensure_publication(conn, [_split_table(t) for t in tables], replace=True)
+            elif self._members(conn) != tables:
+                self._ensure_publication(conn, sorted(tables), replace=True)
         except psycopg.Error as e:
             log.warning("could not restore publication %s: %s", self.publication, e)
 
-    def set_tables(self, tables: Iterable[str | tuple[str, str]]) -> None:
+    def set_tables(
+        self, tables: Iterable[str | tuple[str, str]], *, adopt_children: bool = False
+    ) -> None:
         """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
         conn = self.connection()
-        wanted = [self._check_table(conn, *_split_table(t)) for t in tables]
+        wanted, _ = self._check_tables(conn, tables, adopt_children)
         self._ensure_publication(conn, wanted, replace=True)
 
-    def _check_table(self, conn: psycopg.Connection, schema: str, table: str) -> tuple[str, str]:
+    def _check_tables(
+        self, conn: psycopg.Connection, tables: Iterable[str | tuple[str, str]], adopt: bool
+    ) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+        wanted: list[tuple[str, str]] = []
+        tree: dict[str, list[str]] = {}
+        for t in tables:
+            schema, table = _split_table(t)
+            publish, below = self._check_table(conn, schema, table, adopt)
+            wanted += publish
+            tree[f"{schema}.{table}"] = below
+        return wanted, tree
+
+    def _check_table(
+        self, conn: psycopg.Connection, schema: str, table: str, adopt: bool
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """Check a source table; return the tables to publish for it (the table itself and, for
+        an inheritance parent, its children: a partitioned table's partitions, present and
+        future, are published through it) and the names of the tables below it. Every table
+        holding rows (the table, its leaf partitions, its children) needs REPLICA IDENTITY FULL;
+        ``adopt`` gives it to the partitions and children that lack it."""
         row = conn.execute(
             "SELECT c.relkind::text, c.relreplident::text FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
@@ -340,20 +393,52 @@ class CdcReader:
         if row is None:
             raise ViewError(f"table {name} does not exist; create it before reading its changes")
         relkind, replident = row
-        if relkind != "r":
-            kinds = {"v": "a view", "m": "a materialized view", "p": "a partitioned table"}
+        if relkind not in ("r", "p"):
+            kinds = {"v": "a view", "m": "a materialized view", "f": "a foreign table"}
             raise ViewError(
                 f"{name} is {kinds.get(relkind, f'a relation of kind {relkind!r}')}; incview "
-                "reads changes of plain tables only: define the view over the underlying tables"
+                "reads changes of tables only: define the view over the underlying tables"
             )
-        check_replica_identity(schema, table, replident)
-        return (schema, table)
+        if relkind == "r":
+            check_replica_identity(schema, table, replident)
+        below = descendants(conn, schema, table)
+        foreign = [d.qualified_name for d in below if d.relkind not in ("r", "p")]
+        if foreign:
+            raise ViewError(
+                f"table {name} has partitions or children that are not tables ({foreign[0]} is "
+                "a foreign table or the like): their changes cannot be read through logical "
+                "decoding; define the view over the other partitions"
+            )
+        lacking = [d for d in below if d.relkind == "r" and d.replident != "f"]
+        if lacking and adopt:
+            for d in lacking:
+                log.warning(
+                    "%s is below source %s: setting its REPLICA IDENTITY FULL",
+                    d.qualified_name,
+                    name,
+                )
+                conn.execute(replica_identity_fix(d.schema, d.name))
+        elif lacking:
+            names = ", ".join(display_name(d.schema, d.name) for d in lacking)
+            fixes = " ".join(replica_identity_fix(d.schema, d.name) for d in lacking)
+            raise ViewError(
+                f"table {name} has partitions or inheritance children without REPLICA IDENTITY "
+                f"FULL ({names}); incview needs the old values of their updated and deleted "
+                f"rows to retract them. Run: {fixes}"
+            )
+        children = [(d.schema, d.name) for d in below if relkind == "r"]
+        return [(schema, table), *children], [d.qualified_name for d in below]
 
     def _ensure_publication(
         self, conn: psycopg.Connection, tables: Sequence[tuple[str, str]], *, replace: bool
     ) -> None:
         pub = sql.Identifier(self.publication)
-        table_list = sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
+        tables = list(dict.fromkeys(tables))
+        # ONLY: each table by itself (the children to publish are listed); a partitioned table
+        # publishes its partitions, present and future, under their own names all the same
+        table_list = sql.SQL(", ").join(
+            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in tables
+        )
         with conn.transaction():
             info = conn.execute(
                 "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
@@ -377,25 +462,22 @@ class CdcReader:
                 )
             if all_tables:
                 return
-            published = {
-                (s, t)
-                for s, t in conn.execute(
-                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables "
-                    "WHERE pubname = %s",
-                    (self.publication,),
-                ).fetchall()
-            }
+            # the members (pg_publication_tables lists a partitioned table's leaves instead)
+            published = self._members(conn)
             if replace:
                 if published != set(tables):
                     conn.execute(
                         sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, table_list)
                     )
                 return
-            missing = [t for t in dict.fromkeys(tables) if t not in published]
+            missing = [t for t in tables if t not in published]
             if missing:
                 conn.execute(
                     sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                        pub, sql.SQL(", ").join(sql.Identifier(s, t) for s, t in missing)
+                        pub,
+                        sql.SQL(", ").join(
+                            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in missing
+                        ),
                     )
                 )
 
@@ -563,7 +645,9 @@ class CdcReader:
             kind = data[0]
             if skipping:
                 if kind == 82 or kind == 89:  # R, Y: keep the relation cache current
-                    decode(data)
+                    ev = decode(data)
+                    if kind == 82:
+                        self._ancestors.pop(ev.oid, None)
                 elif kind == 67:  # C
                     skipping = False
                     begin = None
@@ -582,7 +666,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old is None or ev.old_is_key:
-                    raise _missing_old_row(acc.rel, "an UPDATE")
+                    self._old_row_missing(acc, ev.oid, "an UPDATE")
+                    continue
                 acc.rows += (ev.old, ev.new)
                 acc.weights += (-1, 1)
             elif kind == 68:  # D
@@ -591,7 +676,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old_is_key:
-                    raise _missing_old_row(acc.rel, "a DELETE")
+                    self._old_row_missing(acc, ev.oid, "a DELETE")
+                    continue
                 acc.rows.append(ev.old)
                 acc.weights.append(-1)
             elif kind == 66:  # B
@@ -607,6 +693,7 @@ class CdcReader:
                 begin = None
             elif kind == 82:  # R
                 rel = decode(data)
+                self._ancestors.pop(rel.oid, None)  # re-read: it may have been attached/detached
                 acc = tables.get(rel.oid)
                 if acc is not None and acc.rel is not rel:
                     acc.reshape(rel)  # schema change inside the transaction
@@ -624,8 +711,28 @@ class CdcReader:
                 decode(data)
         return txs, skipped
 
-    @staticmethod
-    def _transaction(begin: Begin, commit: Commit, tables: dict[int, _TableChanges]) -> Transaction:
+    def _old_row_missing(self, acc: _TableChanges, oid: int, what: str) -> None:
+        """A change arrived without its old row: an error (``_missing_old_row``), unless the
+        table is a partition or inheritance child of another, one created or attached after the
+        views were (the engine gives those REPLICA IDENTITY FULL when it notices them, which may
+        be after their first UPDATE): then the transaction counts as a TRUNCATE of the table,
+        and the views reading it or its parents re-populate from a snapshot holding it."""
+        parents = self.ancestors_of(oid)
+        if not parents:
+            raise _missing_old_row(acc.rel, what)
+        log.warning(
+            "%s of %s (below %s) arrived without the old row: its views are re-populated",
+            what,
+            acc.rel.qualified_name,
+            ", ".join(parents),
+        )
+        acc.rows.clear()
+        acc.weights.clear()
+        acc.truncated = True
+
+    def _transaction(
+        self, begin: Begin, commit: Commit, tables: dict[int, _TableChanges]
+    ) -> Transaction:
         tx = Transaction(begin.xid, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
         for acc in tables.values():
             name = acc.rel.qualified_name
@@ -638,7 +745,40 @@ class CdcReader:
             tx.relations[name] = acc.rel
             if acc.truncated:
                 tx.truncated.add(name)
+        # a partition's or inheritance child's changes are also changes of every table above it
+        # (``SELECT ... FROM parent`` reads them): reported under each ancestor's name too, rows
+        # as the first such table's relation has them (by column name; a child's extra columns
+        # another child lacks are None: no view of the parent reads them)
+        for oid, acc in tables.items():
+            for parent in self.ancestors_of(oid):
+                batch = tx.changes.get(parent)
+                if batch is None:
+                    tx.changes[parent] = DiffBatch(list(acc.rows), list(acc.weights))
+                    tx.relations[parent] = acc.rel
+                else:
+                    rel = tx.relations[parent]
+                    rows = acc.rows
+                    if rel.column_names != acc.rel.column_names:
+                        index = {n: i for i, n in enumerate(acc.rel.column_names)}
+                        picks = [index.get(n) for n in rel.column_names]
+                        rows = [tuple(None if i is None else r[i] for i in picks) for r in rows]
+                    batch.rows.extend(rows)
+                    batch.weights.extend(acc.weights)
+                if acc.truncated:
+                    tx.truncated.add(parent)
         return tx
+
+    def ancestors_of(self, oid: int) -> list[str]:
+        """The tables relation ``oid`` is a partition or inheritance child of (all depths), from
+        the catalog, cached per relation until its next Relation message or ``forget_tree()``."""
+        found = self._ancestors.get(oid)
+        if found is None:
+            found = self._ancestors[oid] = ancestors(self.connection(), oid)
+        return found
+
+    def forget_tree(self) -> None:
+        """Drop the cached ancestors (after an ATTACH, DETACH or new inheritance child)."""
+        self._ancestors.clear()
 
     # -- moving the slot ------------------------------------------------------------------
     def advance(self, lsn: int | str) -> int:

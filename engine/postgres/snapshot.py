@@ -4,7 +4,9 @@
 ``COPY (SELECT <columns> FROM schema.table [WHERE ...]) TO STDOUT (FORMAT BINARY)`` inside a
 REPEATABLE READ READ ONLY transaction (importing ``snapshot_name`` with ``SET TRANSACTION
 SNAPSHOT`` when given, e.g. the one ``CdcReader.exported_snapshot()`` exported with the slot) and
-yields ``DiffBatch.inserts`` of up to ``batch_rows`` rows. Values arrive exactly as the CDC
+yields ``DiffBatch.inserts`` of up to ``batch_rows`` rows. Being a query, it reads a partitioned
+table's partitions and an inheritance parent's children, as the view's query does (``COPY
+parent TO`` would read the parent's own rows only, and refuses a partitioned table). Values arrive exactly as the CDC
 decoder (``engine.postgres.values``) produces them: ``int``, ``Decimal``, ``float``, ``str``,
 ``bool``, ``date``, naive/UTC-aware ``datetime``, ``time``, ``timedelta`` (``real`` is read
 through its shortest text form, as pgoutput sends it, so 0.1::real reads as 0.1; a float or

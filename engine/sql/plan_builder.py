@@ -214,6 +214,14 @@ class _Builder:
                     "syntax error: JOIN without a join condition",
                     "Add ON <condition> or USING (...), or write CROSS JOIN",
                 )
+            if isinstance(node, exp.Table) and node.args.get("only"):
+                raise unsupported(
+                    node,
+                    "FROM ONLY is not supported: incview maintains a parent table together with "
+                    "its partitions and inheritance children",
+                    "Remove ONLY (the view then holds the children's rows too), or read a column "
+                    "that tells the parent's own rows apart",
+                )
             if isinstance(node, exp.TableSample):
                 raise unsupported(
                     node,
