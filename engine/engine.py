@@ -75,6 +75,8 @@ from engine.source_schema import SourceSchema
 from engine.spark_runner import SparkRunnerMixin
 from engine.sql.planner import explain, plan_view
 from engine.sql.population_filter import population_filters
+from engine.view_creation import CreationUndo, check_result_name_free
+from engine.view_names import split_view_name
 from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger(__name__)
@@ -90,16 +92,6 @@ class ViewStatus:
     rows: int | None
     state_bytes: int
     last_error: str | None
-
-
-def split_view_name(name: str) -> tuple[str, str]:
-    """``a.b`` -> (a, b); ``b`` -> (public, b)."""
-    parts = name.split(".")
-    if len(parts) == 1 and parts[0]:
-        return "public", parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise ViewError(f"invalid view name {name!r}: use 'name' or 'schema.name'")
 
 
 class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
@@ -214,7 +206,20 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         any source table (result tables have REPLICA IDENTITY FULL) and ``catch_up`` runs until
         the downstream views have applied what their upstream views wrote.
         """
-        schema, table = split_view_name(name)
+        schema, table = split_view_name(name)  # ViewError for an unacceptable name
+        try:
+            self._create_view(name, sql, schema, table)
+        except (IncviewError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            if is_outage(e):
+                raise  # the database went away: the caller's outage handling applies
+            raise ViewError(
+                f"creating view {name} failed: {type(e).__name__}: {e}; nothing of the view "
+                "was kept (this is a bug in incview: please report it with the view's SQL)"
+            ) from e
+
+    def _create_view(self, name: str, sql: str, schema: str, table: str) -> None:
         if self.catalog.get(name) is not None:
             raise ViewError(f"view {name} already exists: drop_view({name!r}) first")
         plan = plan_view(sql, self.sources)
@@ -226,26 +231,42 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 raise ViewError(
                     f"{t} is not a table: incview reads changes of ordinary tables only"
                 )
-            if t in results:
-                self._replica_identity_full(t)  # result tables of older versions lack it
-        self.reader.ensure(tables)  # checks wal_level and REPLICA IDENTITY FULL; creates the slot
-        self.catalog.insert(name, sql, schema, table)
-        # the slot must not move past what the population snapshot (taken next) lacks
-        self.catalog.record_state({name: self.reader.confirmed_lsn()})
-        if self._only is not None:
-            self._only.add(name)
-        record = self.catalog.get(name)
-        assert record is not None
+        check_result_name_free(self.conn, self.catalog.all(), name, schema, table)
+        # from here on the database changes: a failure takes back what this call added
+        undo = CreationUndo.record(self.conn, self.reader, schema, table)
         view = None
+        inserted = False
         try:
+            for t in tables:
+                if t in results:
+                    self._replica_identity_full(t)  # result tables of older versions lack it
+            # checks wal_level and REPLICA IDENTITY FULL, publishes the tables, creates the slot
+            self.reader.ensure(tables)
+            self.catalog.insert(name, sql, schema, table)
+            inserted = True
+            # the slot must not move past what the population snapshot (taken next) lacks
+            self.catalog.record_state({name: self.reader.confirmed_lsn()})
+            record = self.catalog.get(name)
+            assert record is not None
             view = ViewRuntime(self, record, plan)
             self._populate(view)
         except BaseException:
             if view is not None:
-                view.close()
-                shutil.rmtree(view.dir, ignore_errors=True)
-            self.catalog.delete(name)
+                with contextlib.suppress(Exception):
+                    view.close()
+            shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
+            own_result = False
+            if inserted:
+                with contextlib.suppress(Exception):
+                    record = self.catalog.get(name)
+                    # the population's rename and its LSN commit together: the table is ours
+                    own_result = record is not None and record.last_lsn is not None
+                    self.catalog.delete(name)
+            with self._advance_lock:  # not while the slot keeper advances the slot
+                undo.undo(self.conn, self.reader, own_result)
             raise
+        if self._only is not None:
+            self._only.add(name)
         self.views[name] = view
 
     def _result_tables(self) -> dict[str, str]:
