@@ -76,7 +76,7 @@ from engine.spark_runner import SparkRunnerMixin
 from engine.sql.planner import explain, plan_view
 from engine.sql.population_filter import population_filters
 from engine.view_creation import CreationUndo, check_result_name_free
-from engine.view_names import split_view_name
+from engine.view_names import split_view_name, storable_name
 from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger(__name__)
@@ -641,9 +641,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     # -- drop / close ---------------------------------------------------------------------------
     def drop_view(self, name: str) -> None:
         """Drop the result table, the state, and the slot/publication when no view needs them."""
-        record = self.catalog.get(name)
+        record = self.catalog.get(name) if storable_name(name) else None
         if record is None:
-            raise ViewError(f"no view named {name}")
+            raise ViewError(f"no view named {name!r}")
         result = f"{record.result_schema}.{record.result_table}"
         readers = sorted(n for n, v in self.views.items() if n != name and result in v.inputs)
         if readers:

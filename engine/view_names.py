@@ -84,3 +84,15 @@ def split_view_name(name: object) -> tuple[str, str]:
             "tables: use another name"
         )
     return schema, table
+
+
+def storable_name(name: object) -> bool:
+    """Whether ``name`` can be looked up in the catalog at all (a str Postgres text can hold);
+    names of existing views always are, whatever rules they were created under."""
+    if not isinstance(name, str) or "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -33,6 +33,9 @@ ALTER TABLE with_json REPLICA IDENTITY FULL;
 CREATE TABLE odd_dates (id int PRIMARY KEY, d date);
 ALTER TABLE odd_dates REPLICA IDENTITY FULL;
 INSERT INTO odd_dates VALUES (1, '2024-01-01'), (2, 'infinity');
+CREATE TABLE measures (id int PRIMARY KEY, f float8);
+ALTER TABLE measures REPLICA IDENTITY FULL;
+INSERT INTO measures VALUES (1, 0.5), (2, 1e300);
 CREATE SCHEMA side;
 CREATE TYPE mood AS ENUM ('sad', 'ok');
 CREATE TABLE side.items (id int PRIMARY KEY);
@@ -298,6 +301,22 @@ SQL_CASES = [
     ),
     B(N, "SELECT id, 1" + "0" * 200_000 + " AS n FROM orders", U, ["literal"], id="huge-number"),
     B(N, "SELECT " + "(" * 3000 + "1" + ")" * 3000 + " AS n", U, ["nested"], id="deep-nesting"),
+    B(
+        N,
+        "SELECT id FROM measures WHERE f > 1e400",
+        U,
+        ["1.000000e+400", "out of range for type double precision"],
+        "line 1",
+        id="float-overflow",
+    ),
+    B(
+        N,
+        "SELECT id, 1e400::float8 AS x FROM measures",
+        U,
+        ["out of range for type double precision"],
+        "line 1",
+        id="float-cast",
+    ),
     B(N, "SELECT id FROM orders WHERE status = 'a\x00b'", U, ["NUL"], "line 1", id="nul"),
     B(N, "SELECT id, '\ud800' AS s FROM orders", U, ["UTF-8"], None, id="lone-surrogate"),
     B(N, None, U, ["str"], None, id="sql-none"),
@@ -429,6 +448,25 @@ class TestCorpus:
         _refused(eng, name, sql, error, fragments, where)
         assert footprint(conn, eng) == before
 
+    def test_explain_refuses_the_same_sql(self, corpus_engine):
+        conn, eng = corpus_engine
+        for case in SQL_CASES:
+            _, sql, error, fragments, _ = case.values
+            if error is UnsupportedSQL:
+                with pytest.raises(UnsupportedSQL) as info:
+                    eng.explain(sql)
+                assert all(f in str(info.value) for f in fragments), (case.id, str(info.value))
+
+    def test_drop_view_of_a_bad_name_is_a_clear_error(self, corpus_engine):
+        conn, eng = corpus_engine
+        before = footprint(conn, eng)
+        for case in NAME_CASES:
+            name = case.values[0]
+            if name != BASELINE[0]:
+                with pytest.raises(ViewError, match="no view named"):
+                    eng.drop_view(name)
+        assert footprint(conn, eng) == before
+
     def test_the_healthy_view_was_maintained_throughout(self, corpus_engine):
         conn, eng = corpus_engine
         random_transaction(conn, random.Random(5), [10_000])
@@ -478,7 +516,7 @@ def test_views_with_odd_names_work_end_to_end(pg_dsn, tmp_path):
         with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
             for name in ODD_NAMES:
                 eng.create_view(name, sql)
-            for _ in range(3):
+            for _ in range(2):
                 for _ in range(4):
                     random_transaction(conn, rng, next_id)
                 eng.catch_up(timeout_s=60)
