@@ -24,6 +24,7 @@ BASELINE = ("baseline", "SELECT customer_id, count(*) AS n FROM orders GROUP BY 
 
 EXTRA_SQL = """
 CREATE TABLE existing_table (id int);
+INSERT INTO existing_table VALUES (-1), (-2);
 CREATE SEQUENCE order_seq;
 CREATE VIEW pg_side_view AS SELECT id, amount FROM orders;
 CREATE MATERIALIZED VIEW pg_mat_view AS SELECT id FROM orders;
@@ -358,6 +359,8 @@ NAME_CASES = [
     B(b"bytes", GOOD_SQL, V, ["str"], id="name-bytes"),
     B("orders", GOOD_SQL, V, ["already exists", "orders"], id="name-source-table"),
     B("existing_table", GOOD_SQL, V, ["already exists"], id="name-other-table"),
+    # same columns as the view: it used to be re-populated in place, the user's rows replaced
+    B("existing_table", "SELECT id FROM orders", V, ["already exists"], id="name-same-columns"),
     B("public.orders", GOOD_SQL, V, ["already exists"], id="name-qualified-table"),
     B("orders_pkey", GOOD_SQL, V, ["index", "already exists"], id="name-an-index"),
     B("mood", GOOD_SQL, V, ["type", "already exists"], id="name-a-type"),
@@ -375,6 +378,10 @@ NAME_CASES = [
     B("incview.views", GOOD_SQL, V, ["schema incview"], id="name-incview-catalog"),
     B("incview.other", GOOD_SQL, V, ["schema incview"], id="name-incview-schema"),
 ]
+
+
+def _exists(conn: psycopg.Connection) -> bool:
+    return conn.execute("SELECT to_regclass('public.existing_table') IS NOT NULL").fetchone()[0]
 
 
 # -- what exists: compared before and after every case ---------------------------------------------
@@ -402,6 +409,7 @@ def footprint(conn: psycopg.Connection, eng: Engine) -> dict[str, object]:
             "WHERE database = current_database()"
         ),
         "catalog": rows("SELECT name, result_schema, result_table, phase FROM incview.views"),
+        "user_rows": rows("SELECT id FROM existing_table") if _exists(conn) else None,
         "state_dirs": sorted(p.name for p in views_dir.iterdir()) if views_dir.exists() else [],
         "open_views": sorted(eng.views),
     }
