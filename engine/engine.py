@@ -205,6 +205,11 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         A view may read other views' result tables (views on views): they are published like
         any source table (result tables have REPLICA IDENTITY FULL) and ``catch_up`` runs until
         the downstream views have applied what their upstream views wrote.
+
+        What a name may be and which table it writes: ``engine.view_names``. Bad input raises an
+        ``IncviewError`` and leaves nothing behind (``engine.view_creation`` undoes a failure
+        after the database was changed); an unexpected exception is reported as a
+        ``ViewError``, an outage is raised as it is.
         """
         schema, table = split_view_name(name)  # ViewError for an unacceptable name
         try:
