@@ -77,6 +77,8 @@ from engine.source_schema import SourceSchema
 from engine.spark_runner import SparkRunnerMixin
 from engine.sql.planner import explain, plan_view
 from engine.sql.population_filter import population_filters
+from engine.view_creation import CreationUndo, check_result_name_free
+from engine.view_names import split_view_name, storable_name
 from engine.view_repairs import ViewRepairs
 from engine.view_runtime import ViewRuntime
 
@@ -93,16 +95,6 @@ class ViewStatus:
     rows: int | None
     state_bytes: int
     last_error: str | None
-
-
-def split_view_name(name: str) -> tuple[str, str]:
-    """``a.b`` -> (a, b); ``b`` -> (public, b)."""
-    parts = name.split(".")
-    if len(parts) == 1 and parts[0]:
-        return "public", parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise ViewError(f"invalid view name {name!r}: use 'name' or 'schema.name'")
 
 
 class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
@@ -274,8 +266,26 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         A view may read other views' result tables (views on views): they are published like
         any source table (result tables have REPLICA IDENTITY FULL) and ``catch_up`` runs until
         the downstream views have applied what their upstream views wrote.
+
+        What a name may be and which table it writes: ``engine.view_names``. Bad input raises an
+        ``IncviewError`` and leaves nothing behind (``engine.view_creation`` undoes a failure
+        after the database was changed); an unexpected exception is reported as a
+        ``ViewError``, an outage is raised as it is.
         """
-        schema, table = split_view_name(name)
+        schema, table = split_view_name(name)  # ViewError for an unacceptable name
+        try:
+            self._create_view(name, sql, schema, table)
+        except (IncviewError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            if is_outage(e):
+                raise  # the database went away: the caller's outage handling applies
+            raise ViewError(
+                f"creating view {name} failed: {type(e).__name__}: {e}; nothing of the view "
+                "was kept (this is a bug in incview: please report it with the view's SQL)"
+            ) from e
+
+    def _create_view(self, name: str, sql: str, schema: str, table: str) -> None:
         if self.catalog.get(name) is not None:
             raise ViewError(f"view {name} already exists: drop_view({name!r}) first")
         plan = plan_view(sql, self.sources)
@@ -287,14 +297,19 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 raise ViewError(
                     f"{t} is not a table: incview reads changes of ordinary tables only"
                 )
-            if t in results:
-                self._replica_identity_full(t)  # result tables of older versions lack it
+        check_result_name_free(self.conn, self.catalog.all(), name, schema, table)
+        # from here on the database changes: a failure takes back what this call added
+        undo = CreationUndo.record(self.conn, schema, table)
         # the row first: a crash from here on leaves a view in ``populating`` that the next
         # open finishes (``_open_views``), never a slot or publication nobody owns
         self.catalog.insert(name, sql, schema, table)
         view = None
         try:
-            self.reader.ensure(tables)  # checks wal_level, REPLICA IDENTITY FULL; creates the slot
+            for t in tables:
+                if t in results:
+                    self._replica_identity_full(t)  # result tables of older versions lack it
+            # checks wal_level and REPLICA IDENTITY FULL, publishes the tables, creates the slot
+            self.reader.ensure(tables)
             # the slot must not move past what the population snapshot (taken next) lacks
             self.catalog.record_state({name: self.reader.confirmed_lsn()})
             record = self.catalog.get(name)
@@ -303,11 +318,20 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             self._populate(view)
         except BaseException:
             if view is not None:
-                view.close()
+                with contextlib.suppress(Exception):
+                    view.close()
             shutil.rmtree(self.state_dir / "views" / name, ignore_errors=True)
-            self.catalog.delete(name)
-            with contextlib.suppress(psycopg.Error, IncviewError):
-                self._release_sources()  # the publication and slot as the other views need them
+            own_result = False
+            with contextlib.suppress(Exception):
+                record = self.catalog.get(name)
+                # the population's rename and its LSN commit together: the table is ours
+                own_result = record is not None and record.last_lsn is not None
+                self.catalog.delete(name)
+            undo.undo(self.conn, own_result)
+            try:  # the publication and the slot as the other views need them (none: dropped)
+                self._release_sources()
+            except Exception as e:  # noqa: BLE001 (the caller's error is the one to report)
+                log.warning("undoing a failed create_view (publication, slot): %s", e)
             raise
         if self._only is not None:
             self._only.add(name)
@@ -715,9 +739,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
     # -- drop / close ---------------------------------------------------------------------------
     def drop_view(self, name: str) -> None:
         """Drop the result table, the state, and the slot/publication when no view needs them."""
-        record = self.catalog.get(name)
+        record = self.catalog.get(name) if storable_name(name) else None
         if record is None:
-            raise ViewError(f"no view named {name}")
+            raise ViewError(f"no view named {name!r}")
         result = f"{record.result_schema}.{record.result_table}"
         readers = sorted(n for n, v in self.views.items() if n != name and result in v.inputs)
         if readers:

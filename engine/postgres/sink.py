@@ -32,6 +32,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
+from engine.view_names import STAGING_SUFFIX
 
 # psycopg type names for binary COPY (``Copy.set_types``). The server decodes each field with the
 # *column's* receive function, so string types all travel with the text dumper/loader (psycopg
@@ -81,19 +82,18 @@ def _widened(t: SqlType) -> SqlType:
 
 _DIFFS = "incview_sink_diffs"  # temp table of one transaction's diffs (ON COMMIT DROP)
 _LOADED = "incview_sink_loaded"  # temp table of a re-population's new content (ON COMMIT DROP)
-_STAGING_SUFFIX = "__incview_new"
 _MAX_IDENT = 63  # NAMEDATALEN - 1: Postgres truncates longer identifiers silently
 
 
 def staging_name(table: str) -> str:
     """``<table>__incview_new``, shortened (with a hash) so Postgres never truncates it onto
     ``table`` itself or onto another table's staging name."""
-    name = table + _STAGING_SUFFIX
+    name = table + STAGING_SUFFIX
     if len(name.encode()) <= _MAX_IDENT:
         return name
     digest = hashlib.sha1(table.encode()).hexdigest()[:8]
-    head = table.encode()[: _MAX_IDENT - len(_STAGING_SUFFIX) - 9].decode(errors="ignore")
-    return f"{head}_{digest}{_STAGING_SUFFIX}"
+    head = table.encode()[: _MAX_IDENT - len(STAGING_SUFFIX) - 9].decode(errors="ignore")
+    return f"{head}_{digest}{STAGING_SUFFIX}"
 
 
 def _count_int(value: object) -> int:

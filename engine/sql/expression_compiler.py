@@ -488,7 +488,8 @@ class _Compiler:
             try:
                 return self.literal(fn(e.value), to)
             except EvalError as err:
-                if e.type.kind is TypeKind.UNKNOWN:  # Postgres rejects bad literals at plan time
+                # Postgres rejects bad literals (and folds numeric constants) at plan time
+                if e.type.kind in (TypeKind.UNKNOWN, TypeKind.NUMERIC):
                     raise UnsupportedSQL(f"{err} {_where(node)}") from None
         name = self.const_name(fn) if not isinstance(fn, str) else fn
         code, nullable = self.strict([e], lambda xs: f"{name}({xs[0]})")
@@ -538,7 +539,7 @@ class _Compiler:
                 lo, hi, msg = INT_RANGES[t]
                 return (lambda v: F.numeric_to_int(v, lo, hi, msg)), True
             if t is TypeKind.DOUBLE:
-                return float, False
+                return F.numeric_to_float8, True
             if t is TypeKind.REAL:
                 return (lambda v: F.to_float4(float(v))), True
         if src.is_float:

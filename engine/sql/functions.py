@@ -306,6 +306,15 @@ def text_to_numeric(s: str) -> Decimal:
     return d.copy_abs() if d == 0 else d
 
 
+def numeric_to_float8(v: Decimal) -> float:
+    """numeric -> double precision with Postgres' range errors (Python's float() gives inf/0)."""
+    r = float(v)
+    if (math.isinf(r) and v.is_finite()) or (r == 0.0 and v != 0):
+        text = str(v) if len(str(v)) <= 40 else f"{v:.6e}"
+        raise EvalError(f'"{text}" is out of range for type double precision')
+    return r
+
+
 def text_to_float(s: str, typename: str = "double precision") -> float:
     t = s.strip(_WS)
     m = _NUM_RE.fullmatch(t)

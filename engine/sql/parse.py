@@ -93,8 +93,72 @@ def _check_trailing_commas(sql: str) -> None:
             )
 
 
+MAX_SQL_BYTES = 1 << 20  # a view's SQL text; more is a mistake (or an attack), not a view
+MAX_NUMBER_DIGITS = 1000  # numeric's largest declared precision; Python refuses > 4300
+
+
+def _line_col(sql: str, index: int) -> str:
+    line = sql.count("\n", 0, index) + 1
+    return f"line {line}, column {index - (sql.rfind(chr(10), 0, index) + 1) + 1}"
+
+
+def _check_text(sql: object) -> str:
+    """``sql`` as text the parser and Postgres can take: a str, of valid UTF-8, without NUL
+    characters (Postgres text cannot hold them), at most ``MAX_SQL_BYTES`` long."""
+    if not isinstance(sql, str):
+        raise UnsupportedSQL(f"a view's SQL must be a str, not {type(sql).__name__}")
+    try:
+        size = len(sql.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise UnsupportedSQL(
+            f"the view's SQL is not valid UTF-8 text: a lone surrogate at {_line_col(sql, e.start)}"
+        ) from None
+    if size > MAX_SQL_BYTES:
+        raise UnsupportedSQL(
+            f"the view's SQL is {size} bytes, over the limit of {MAX_SQL_BYTES} bytes: keep "
+            "large constants in a table and join it"
+        )
+    nul = sql.find("\x00")
+    if nul >= 0:
+        raise UnsupportedSQL(
+            f"the view's SQL contains a NUL character at {_line_col(sql, nul)}; Postgres text "
+            "cannot hold NUL: remove it"
+        )
+    return sql
+
+
+def _check_contents(query: exp.Expression) -> None:
+    """What the parser accepts inside a SELECT but no view may hold: data-modifying statements
+    (in a WITH), query parameters and numbers too long to be values."""
+    for node in query.walk():
+        if isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge)):
+            kind = type(node).__name__.upper()
+            raise unsupported(
+                node,
+                f"a data-modifying statement ({kind}) inside a WITH or subquery cannot be part "
+                "of a view",
+                "A view only reads: remove the statement",
+            )
+        if isinstance(node, (exp.Placeholder, exp.Parameter)) and not isinstance(
+            node.parent, (exp.Limit, exp.Offset)
+        ):
+            raise unsupported(
+                node,
+                "query parameters ($1, %s, %(name)s, :name, ?) are not supported",
+                "A view's SQL must be complete: write the value itself into the query",
+            )
+        if isinstance(node, exp.Literal) and not node.is_string:
+            digits = sum(ch.isdigit() for ch in node.this)
+            if digits > MAX_NUMBER_DIGITS:
+                raise UnsupportedSQL(
+                    f"a numeric literal of {digits} digits{at(node)}, over the limit of "
+                    f"{MAX_NUMBER_DIGITS}: {node.this[:20]}..."
+                )
+
+
 def parse_query(sql: str) -> exp.Expression:
     """The single SELECT statement in ``sql``; raises ``UnsupportedSQL`` otherwise."""
+    sql = _check_text(sql)
     _check_trailing_commas(sql)
     try:
         statements = sqlglot.parse(sql, dialect=DIALECT)
@@ -124,5 +188,6 @@ def parse_query(sql: str) -> exp.Expression:
         raise unsupported(query, f"a view must be a SELECT query, not {kind}")
     if isinstance(query, exp.Select) and query.args.get("into"):
         raise unsupported(query.args["into"], "SELECT INTO is not a query", "Remove INTO")
+    _check_contents(query)
     # Postgres folds unquoted identifiers to lower case (FROM Orders is orders); quoted keep case
     return normalize_identifiers(query, dialect=DIALECT)

@@ -49,6 +49,9 @@ _NON_DETERMINISTIC_NODES = {
     exp.CurrentTime: "current_time",
     exp.Rand: "random",
 }
+# schemas of system catalogs (and every pg_* schema) and incview's own catalog
+# (engine.postgres.view_catalog): their changes reach no publication, a view over them never moves
+_SYSTEM_SCHEMAS = ("information_schema", "incview")
 _DETERMINISM_HINT = (
     "A view must be a deterministic function of its source tables; store the value in a column "
     "or compare against a constant instead"
@@ -261,12 +264,26 @@ class _Builder:
                 continue
             if t.args.get("catalog"):
                 raise unsupported(t, "cross-database references are not supported")
+            if not t.name:
+                raise unsupported(
+                    t,
+                    "a function in FROM (a set-returning or table function) is not supported",
+                    "Read from tables, or from a view over them",
+                )
+            if t.db.startswith("pg_") or t.db in _SYSTEM_SCHEMAS:
+                what = "incview's own catalog" if t.db == "incview" else "a system catalog"
+                raise unsupported(
+                    t,
+                    f"{t.db}.{t.name} is in {what} (schema {t.db}), whose changes are not "
+                    "published to incview: a view can only read user tables",
+                )
             src = self.catalog.lookup(t.db or None, t.name)
             if src is None:
                 where = f"{t.db}.{t.name}" if t.db else t.name
-                raise unsupported(
-                    t, f"unknown table {where}", "Check the name, or create the table first"
-                )
+                hint = "Check the name, or create the table first"
+                if not t.db and t.name.startswith("pg_"):
+                    hint = "System catalogs (pg_catalog) cannot be a view's sources"
+                raise unsupported(t, f"unknown table {where}", hint)
             self.sources[src.qualified_name] = src
             schema.setdefault(src.schema, {})[src.name] = {
                 c.name: c.type.sql() for c in src.columns

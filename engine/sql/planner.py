@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.dataflow.state.store import StateStore
+from engine.errors import UnsupportedSQL
 from engine.sql.catalog import Catalog, SourceTable
 from engine.sql.logical_plan import LogicalPlan, format_plan
 from engine.sql.physical_planner import PhysicalPlan, plan_physical
@@ -32,8 +33,14 @@ class ViewPlan:
 
 def plan_view(sql: str, catalog: Catalog) -> ViewPlan:
     """Plan ``sql``; raises ``engine.UnsupportedSQL`` for what cannot be maintained."""
-    built = build_plan(sql, catalog)
-    return ViewPlan(sql, built.plan, optimize(built.plan), built.output_names, built.sources)
+    try:
+        built = build_plan(sql, catalog)
+        return ViewPlan(sql, built.plan, optimize(built.plan), built.output_names, built.sources)
+    except RecursionError:
+        raise UnsupportedSQL(
+            "the view's SQL is nested too deeply for the planner (parentheses, subqueries or "
+            "expressions inside each other): flatten it, e.g. with CTEs"
+        ) from None
 
 
 def build_dataflow(view: ViewPlan, store: StateStore | None) -> PhysicalPlan:

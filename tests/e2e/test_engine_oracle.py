@@ -13,7 +13,7 @@ import threading
 import psycopg
 import pytest
 
-from engine.engine import Engine, ViewStatus
+from engine.engine import Engine, ViewStatus, split_view_name
 from engine.errors import UnsupportedSQL, ViewError
 
 SCHEMA_SQL = """
@@ -37,8 +37,8 @@ VIEWS = {
 
 
 def diff_rows(conn: psycopg.Connection, view: str, sql: str) -> tuple[int, int]:
-    schema, _, table = view.rpartition(".")
-    target = f'"{schema or "public"}"."{table}"'
+    # the view's result table, quoted (view names may hold quotes, spaces, mixed case)
+    target = psycopg.sql.Identifier(*split_view_name(view)).as_string(conn)
     missing = conn.execute(
         f"SELECT count(*) FROM (({sql}) EXCEPT ALL SELECT * FROM {target}) d"
     ).fetchone()[0]
