@@ -186,7 +186,11 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             if self._only is not None and record.name not in self._only:
                 continue
             marker = self.state_dir / "views" / record.name / REPOPULATE_MARKER
-            created = record.phase == "populating" and not marker.exists()  # a create, crashed
+            # a create_view whose process died (another process may still be at it: its
+            # creation lock says so, and then the view is not this engine's to open)
+            created = record.phase == "populating" and not marker.exists()
+            if created and not self.catalog.creator_gone(record.name):
+                continue
             if record.phase == "error" and (record.last_error or "").endswith(SOURCE_FIX):
                 # its sources changed under it: it stays broken until dropped
                 self.broken[record.name] = record.last_error or ""
@@ -301,8 +305,14 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         # from here on the database changes: a failure takes back what this call added
         undo = CreationUndo.record(self.conn, schema, table)
         # the row first: a crash from here on leaves a view in ``populating`` that the next
-        # open finishes (``_open_views``), never a slot or publication nobody owns
-        self.catalog.insert(name, sql, schema, table)
+        # open finishes (``_open_views``), never a slot or publication nobody owns; the
+        # creation lock tells other processes that this one is still at it
+        self.catalog.creating(name, True)
+        try:
+            self.catalog.insert(name, sql, schema, table)
+        except BaseException:
+            self.catalog.creating(name, False)
+            raise
         view = None
         try:
             for t in tables:
@@ -333,6 +343,9 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             except Exception as e:  # noqa: BLE001 (the caller's error is the one to report)
                 log.warning("undoing a failed create_view (publication, slot): %s", e)
             raise
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                self.catalog.creating(name, False)
         if self._only is not None:
             self._only.add(name)
         self.views[name] = view

@@ -159,6 +159,21 @@ class ViewCatalog:
         rows = self.conn.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.views ORDER BY name").fetchall()
         return [self._record(r) for r in rows]
 
+    def creating(self, name: str, held: bool) -> None:
+        """Take (``held``) or release the creation lock of view ``name``: a session advisory
+        lock, so it goes with the creating process if that dies."""
+        fn = "pg_advisory_lock" if held else "pg_advisory_unlock"
+        self.conn.execute(f"SELECT {fn}(hashtext(%s))", (f"incview.create:{name}",))
+
+    def creator_gone(self, name: str) -> bool:
+        """Whether no process holds view ``name``'s creation lock (its creation was cut short)."""
+        key = f"incview.create:{name}"
+        got = self.conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+        if got and got[0]:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+            return True
+        return False
+
     def insert(self, name: str, sql: str, result_schema: str, result_table: str) -> None:
         self.conn.execute(
             f"INSERT INTO {SCHEMA}.views (name, sql, result_schema, result_table, phase) "
