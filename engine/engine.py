@@ -459,14 +459,8 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 f"view {name} is not open in this Engine (it does not exist, or another "
                 f"process runs it: open it with Engine(..., views=[{name!r}]))"
             )
-        stream = view.stream
-        if stream is not None:
-            stream.stop()
-            view.stream = None
         self.repairs.forget(name)  # an internal error's count starts again
-        self._repopulate(view, view.state_time)
-        shutil.rmtree(view.checkpoint, ignore_errors=True)  # offsets restart at the state time
-        self.catalog.record_state({name: view.state_time})
+        self._send_back(view, view.state_time, None)
 
     def _repopulate(self, view: ViewRuntime, time_: int) -> None:
         """Send ``view`` back to population (seed 003): fresh state, a fresh snapshot, only the
@@ -639,9 +633,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 stop.wait(self.trigger_ms / 1000.0 if self.runner == "local" else 0.2)
         finally:
             for view in running:
-                if view.stream is not None:
-                    view.stream.stop()
-                    view.stream = None
+                view.stop_stream()
             try:
                 for view in running:
                     self.catalog.stopped(view.name)
@@ -768,8 +760,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         view = self.views.pop(name, None)
         self.repairs.forget(name)
         if view is not None:
-            if view.stream is not None:
-                view.stream.stop()
+            view.stop_stream()
             view.close()
         self._drop_remains(record)
         self._release_sources()
@@ -809,9 +800,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
 
     def close(self) -> None:
         for view in self.views.values():
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
+            view.stop_stream()
         self._slot_keeper.stop()
         try:  # leave the slot where the views are, holding no WAL they do not need
             self._advance_slot()

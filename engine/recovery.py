@@ -49,9 +49,7 @@ class RecoveryMixin:
         self.catalog.set_phase(name, "error", why)
         view = self.views.pop(name, None)
         if view is not None:
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
+            view.stop_stream()
             view.close()
 
     def check_sources(self) -> dict[str, str]:
@@ -87,16 +85,21 @@ class RecoveryMixin:
         for name, why in lost.items():
             view = self.views[name]
             log.warning("view %s is re-populated: %s", name, why)
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
-            self._repopulate(view, lsn)
-            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
-            self.catalog.record_state({name: view.state_time})
-            self.catalog.set_phase(name, "running", f"re-populated: {why}")
-            view.record = self.catalog.get(name) or view.record
+            self._send_back(view, lsn, f"re-populated: {why}")
         self.reader.rewind(min(v.state_time for v in self.views.values()))
         return lost
+
+    def _send_back(self, view: ViewRuntime, time_: int, message: str | None) -> None:
+        """Re-populate ``view`` at ``time_`` (its streaming query stopped, its Spark offsets
+        dropped: they restart from the state), then phase ``running`` with ``message`` as
+        ``last_error`` (None: as the population left it). The caller rewinds the reader."""
+        view.stop_stream()
+        self._repopulate(view, time_)
+        shutil.rmtree(view.checkpoint, ignore_errors=True)
+        self.catalog.record_state({view.name: view.state_time})
+        if message is not None:
+            self.catalog.set_phase(view.name, "running", message)
+        view.record = self.catalog.get(view.name) or view.record
 
     def _internal_error(self, view: ViewRuntime, exc: BaseException) -> None:
         """``view`` failed inside the engine (not the database's fault): what the failed time
@@ -143,30 +146,21 @@ class RecoveryMixin:
                 self.repairs.forget(name)
                 continue
             error = self.repairs.error_of(name)
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
+            view.stop_stream()
             repair = self.repairs.get(name)
             marker = view.dir / REPOPULATE_MARKER  # a population the disk cut short
             try:
                 if repair is not None and not repair.repopulate and not marker.exists():
                     view.reopen_state()  # after a full disk: the committed state, retried
-                    self.repairs.repaired(name)
-                    done.append(name)
-                    continue
-                self._repopulate(view, view.state_time)
+                else:
+                    message = f"re-populated after an internal error: {error}"
+                    self._send_back(view, view.state_time, message)
+                    log.warning("view %s %s", name, message)
             except Exception as e:
                 if is_outage(e):
                     raise
                 self._internal_error(view, e)
                 continue
-            log.warning("view %s re-populated after an internal error (%s)", name, error)
-            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
-            self.catalog.record_state({name: view.state_time})
-            self.catalog.set_phase(
-                name, "running", f"re-populated after an internal error: {error}"
-            )
-            view.record = self.catalog.get(name) or view.record
             self.repairs.repaired(name)
             done.append(name)
         if done:
@@ -196,18 +190,10 @@ class RecoveryMixin:
         for name, why in changed.items():
             view = self.views[name]
             log.warning("view %s is re-populated: %s", name, why)
-            if view.stream is not None:
-                view.stream.stop()
-                view.stream = None
             try:
-                self._repopulate(view, view.state_time)
+                self._send_back(view, view.state_time, f"re-populated: {why}")
             except ViewError as e:  # e.g. a foreign table attached as a partition
                 self._break(name, f"{why}, and it cannot follow: {e}; {SOURCE_FIX}")
-                continue
-            shutil.rmtree(view.checkpoint, ignore_errors=True)  # Spark offsets: from the state
-            self.catalog.record_state({name: view.state_time})
-            self.catalog.set_phase(name, "running", f"re-populated: {why}")
-            view.record = self.catalog.get(name) or view.record
         if self.views:
             self.reader.rewind(min(v.state_time for v in self.views.values()))
         return changed

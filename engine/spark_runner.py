@@ -77,9 +77,7 @@ class SparkRunnerMixin:
 
     def _stream_failed(self, view: ViewRuntime, why: str) -> None:
         """``view``'s streaming query failed (not for an outage): an internal error."""
-        if view.stream is not None:
-            view.stream.stop()
-            view.stream = None
+        view.stop_stream()
         self._internal_error(view, ViewError(f"its streaming query failed: {why}"))
 
     def _last_commit_upto(self, target: int) -> int | None:

@@ -130,6 +130,12 @@ class ViewRuntime:
             self._projections[key] = pick
         return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
 
+    def stop_stream(self) -> None:
+        """Stop the view's streaming query, if one runs (runner spark)."""
+        if self.stream is not None:
+            self.stream.stop()
+            self.stream = None
+
     def reopen_state(self) -> None:
         """Close the state store (best effort) and open it again at its committed time, with a
         fresh dataflow: after a write failed (a full disk), RocksDB takes no more writes."""
