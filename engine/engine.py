@@ -59,6 +59,7 @@ from engine.engine_names import (
 )
 from engine.errors import IncviewError, ViewError
 from engine.outage import Backoff, is_disk_full, is_outage
+from engine.plan_lock import FrozenStats, PlanStats
 from engine.population_progress import PopulationProgress
 from engine.postgres.cdc import (
     CdcReader,
@@ -75,7 +76,7 @@ from engine.slot_keeper import SlotKeeper
 from engine.source_schema import FIX as SOURCE_FIX
 from engine.source_schema import SourceSchema
 from engine.spark_runner import SparkRunnerMixin
-from engine.sql.planner import explain, plan_view
+from engine.sql.planner import ViewPlan, explain, plan_view
 from engine.sql.population_filter import population_filters
 from engine.view_creation import CreationUndo, check_result_name_free
 from engine.view_names import split_view_name, storable_name
@@ -196,7 +197,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
                 self.broken[record.name] = record.last_error or ""
                 continue
             try:
-                plan = plan_view(record.sql, self.sources)
+                plan = self._plan_of(record)
             except IncviewError as e:
                 self._break(
                     record.name, f"its query no longer plans over its sources ({e}); {SOURCE_FIX}"
@@ -261,7 +262,15 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
             return view, f"its state could not be opened ({type(e).__name__}: {e})"
         if view.state_time == 0 and record.phase != "populating":
             return view, "its state directory was missing"
-        return view, None
+        return view, view.plan_changed
+
+    def _plan_of(self, record: ViewRecord) -> ViewPlan:
+        """``record``'s plan, made with the statistics it was created with (``plan_lock``):
+        the state's layout depends on the join order they chose."""
+        stats = PlanStats.load(self.state_dir / "views" / record.name)
+        return plan_view(
+            record.sql, self.sources if stats is None else FrozenStats(self.sources, stats)
+        )
 
     # -- create ---------------------------------------------------------------------------------
     def create_view(self, name: str, sql: str) -> None:

@@ -22,6 +22,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import StateStore
 from engine.engine_names import SOURCES_FILE, TREE_FILE
 from engine.errors import SourceChanged
+from engine.plan_lock import PlanStats, fingerprint, save_fingerprint, saved_fingerprint
 from engine.postgres.cdc import PgSnapshot
 from engine.postgres.sink import ResultSink
 from engine.postgres.view_catalog import ViewRecord
@@ -41,6 +42,18 @@ class ViewRuntime:
         self.store = StateStore(self.dir / "state")
         self.physical: PhysicalPlan = build_dataflow(plan, self.store)
         self._state_time: int = self.store.committed_time or 0
+        # the plan the state was built by (engine.plan_lock): why it differs now, if it does
+        self.plan_changed: str | None = None
+        built_by = saved_fingerprint(self.dir)
+        if built_by is None:
+            save_fingerprint(self.dir, fingerprint(self.physical.explain()))
+        elif built_by != fingerprint(self.physical.explain()):
+            self.plan_changed = (
+                "its physical plan is not the one its state was built by (planned again with "
+                "other statistics, or by another incview version)"
+            )
+        if PlanStats.load(self.dir) is None:
+            PlanStats.of_sources(plan.sources).save(self.dir)
         self.recorded_time = 0  # state time last written to the catalog
         # the columns (and types) of the sources this view reads, as when it was created
         self.expected = SourceSchema.load(self.dir / SOURCES_FILE)
@@ -154,6 +167,8 @@ class ViewRuntime:
         self.physical = build_dataflow(self.plan, self.store)
         self._state_time = self.store.committed_time or 0
         self._projections = {}
+        save_fingerprint(self.dir, fingerprint(self.physical.explain()))  # the new state's plan
+        self.plan_changed = None
 
     @property
     def result_name(self) -> str:
