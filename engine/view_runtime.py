@@ -38,7 +38,9 @@ class ViewRuntime:
         self.plan = plan
         self.dir = engine.state_dir / "views" / record.name
         self.store = StateStore(self.dir / "state")
+        self.max_buffered_changes: int = engine.max_buffered_changes
         self.physical: PhysicalPlan = build_dataflow(plan, self.store)
+        self.physical.dataflow.bound_memory(self.max_buffered_changes)
         self._state_time: int = self.store.committed_time or 0
         self.recorded_time = 0  # state time last written to the catalog
         # the columns (and types) of the sources this view reads, as when it was created
@@ -122,6 +124,7 @@ class ViewRuntime:
         shutil.rmtree(self.dir / "state", ignore_errors=True)
         self.store = StateStore(self.dir / "state")
         self.physical = build_dataflow(self.plan, self.store)
+        self.physical.dataflow.bound_memory(self.max_buffered_changes)
         self._state_time = self.store.committed_time or 0
         self._projections = {}
 

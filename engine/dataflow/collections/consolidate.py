@@ -2,20 +2,25 @@
 
 Columnar batches (``DiffBatch.columns``) are kept as they come and consolidated at TimeEnd by
 one Arrow group-by (``kernels.consolidate_columns``), so a columnar time reaches the sink as
-columns. Row batches (or a mix) are summed per row in memory; past ``spill_rows`` distinct rows the sums move to a scratch
-RocksDB under the view's state directory (seed 003: a 50 GB transaction must not need 50 GB of
-RAM), which is drained at TimeEnd. Rows whose weights cancel out are never emitted, so the sink
-writes only real changes. Holds no durable state.
+columns. Row batches (or a mix) are summed per row in memory; past ``spill_rows`` distinct
+rows the sums move to a scratch RocksDB under the view's state directory (seed 003: a 50 GB
+transaction must not need 50 GB of RAM). Such a time's output stays there: it is returned as a
+``SpilledOutput`` that the sink reads ``spill_rows`` at a time. Rows whose weights cancel out are
+never emitted, so the sink writes only real changes. Holds no durable state: leftover scratch
+stores (a crash) are deleted when the collection opens.
 """
 
 from __future__ import annotations
 
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import Collection
 from engine.dataflow.nan import loads
+from engine.dataflow.spilled_output import SpilledOutput
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import ScratchTable, StateStore
 
@@ -27,13 +32,16 @@ class ConsolidateCollection(Collection):
         self._acc: dict[Row, int] = {}
         self._spill: ScratchTable | None = None
         self._spill_dir: Path | None = None
+        self._spill_count = 0  # distinct rows in the spill store
         self.spilled = False  # whether the last time went through the spill store (for tests)
+        self.spilled_times = 0  # how many times went through it (counters)
         self._columnar: list[DiffBatch] = []  # columnar batches of the time, while all are
         self._columnar_rows = 0
 
     def open(self, store: StateStore | None) -> None:
         if store is not None:
             self._spill_dir = store.path.parent / (store.path.name + ".spill")
+            shutil.rmtree(self._spill_dir, ignore_errors=True)  # scratch of a crashed process
 
     def on_diffs(self, port: int, batch: DiffBatch) -> DiffBatch:
         if batch.columns is not None and not self._acc and self._spill is None:
@@ -63,10 +71,11 @@ class ConsolidateCollection(Collection):
     def _spill_out(self) -> None:
         if self._spill is None:
             if self._spill_dir is None:
-                import tempfile
-
                 self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
-            self._spill = ScratchTable(self._spill_dir)
+            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            # one directory per time: the output of a time may still be read by the sink
+            self._spill = ScratchTable(tempfile.mkdtemp(prefix="time-", dir=self._spill_dir))
+            self._spill_count = 0
         items = [(encode_key(r), r, w) for r, w in self._acc.items() if w]
         keys = [k for k, _, _ in items]
         old = self._spill.get_many(keys)
@@ -77,8 +86,10 @@ class ConsolidateCollection(Collection):
                 w += loads(prev)[1]
             if w:
                 puts[k] = pickle.dumps((r, w))
+                self._spill_count += prev is None
             elif prev is not None:
                 deletes.append(k)
+                self._spill_count -= 1
         self._spill.write(puts, deletes)
         self._acc = {}
 
@@ -96,15 +107,11 @@ class ConsolidateCollection(Collection):
             self.spilled = False
             return out
         self._spill_out()
-        rows, weights = [], []
-        for _, v in self._spill.items():
-            r, w = loads(v)  # NaN comes back as the shared NaN (engine.dataflow.nan)
-            rows.append(r)
-            weights.append(w)
-        self._spill.close()
+        out = SpilledOutput(self._spill, self._spill_count, self.spill_rows)
         self._spill = None
         self.spilled = True
-        return DiffBatch(rows, weights).consolidate()
+        self.spilled_times += 1
+        return out
 
     def describe(self) -> str:
         return "Consolidate (sink)"
