@@ -9,11 +9,11 @@ For each view and each buffering setting, a child process (so its peak RSS is it
 and reports the seconds of each ``catch_up``, the peak RSS (``VmHWM`` of /proc/self/status)
 after each, the RSS before the first, the spill counters, and whether the result table equals
 the query afterwards (EXCEPT ALL both ways). Views: ``rows`` (a filter/projection whose output is
-every row) and ``groups`` (a GROUP BY with 100 groups). Settings: ``0`` (unbounded: a whole
-transaction in memory, the path before the bound existed) and ``--bound`` changes (default
-100,000, the engine's default ``max_buffered_changes``).
+every row) and ``groups`` (a GROUP BY with 100 groups). Settings (``--bounds``, values of
+``max_buffered_changes``): ``0`` (unbounded: a whole transaction in memory, the path before the
+bound existed), 100,000 (the engine's default) and 20,000.
 
-    python -m bench.huge_transaction [--rows 1000000] [--bound 100000] [--dsn DSN]
+    python -m bench.huge_transaction [--rows 1000000] [--bounds 0,100000,20000] [--dsn DSN]
 
 Without ``--dsn`` a private throwaway server is started (tests/postgres_server.py). Writes
 bench/results/huge_transaction.json. Must not be imported by engine code.
@@ -86,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", help="a Postgres with wal_level=logical (default: a private server)")
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--bound", type=int, default=100_000)
+    ap.add_argument("--bounds", default="0,100000,20000")
     ap.add_argument("--views", default=",".join(VIEWS))
     ap.add_argument("--child", nargs=3, metavar=("DSN", "VIEW", "BOUND"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -102,7 +102,7 @@ def main() -> None:
     runs = []
     try:
         for view in args.views.split(","):
-            for bound in (0, args.bound):
+            for bound in map(int, args.bounds.split(",")):
                 if server is not None:
                     dsn = server.dsn_for(server.create_database("huge"))
                 else:

@@ -2,12 +2,13 @@
 
 ``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
-binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd), deletes
-exactly ``|w|`` physical copies of every row with a negative weight (multiset-exact: duplicates
-and NULLs included, rows found through the result table's row-hash index, matched with
-``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), inserts
-``w`` copies of every row with a positive weight and records the LSN, so results and LSN commit
-together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
+binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd; a
+time whose output the dataflow spilled to disk, a ``SpilledOutput``, is COPYed chunk by chunk,
+never whole in memory), deletes exactly ``|w|`` physical copies of every row with a negative
+weight (multiset-exact: duplicates and NULLs included, rows found through the result table's
+row-hash index, matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost follows
+the diffs, not the table), inserts ``w`` copies of every row with a positive weight and records
+the LSN, so results and LSN commit together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
 renamed into place (readers never see a partial table), or, when the result table exists, by
 applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
 its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);

@@ -38,6 +38,7 @@ def _insert(conn: psycopg.Connection, start: int, end: int) -> None:
     )
 
 
+@pytest.mark.slow  # ~6 s
 def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import tempfile
+from itertools import islice
 from pathlib import Path
 
 from engine.dataflow.batch import DiffBatch, Row
@@ -23,6 +24,8 @@ from engine.dataflow.nan import loads
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import ScratchTable, StateStore
+
+_SPILL_SLICE = 20_000  # rows moved to the spill store per write (bounds the temporary lists)
 
 
 class ConsolidateCollection(Collection):
@@ -61,14 +64,23 @@ class ConsolidateCollection(Collection):
             self._add(b)
 
     def _add(self, batch: DiffBatch) -> None:
-        acc = self._acc
-        get = acc.get
-        for r, w in zip(batch.rows, batch.weights, strict=True):
-            acc[r] = get(r, 0) + w
-        if len(acc) > self.spill_rows:
-            self._spill_out()
+        """Sum ``batch`` into the in-memory sums, spilling them whenever they reach
+        ``spill_rows`` rows (the batch is taken a slice at a time, so they never pass it)."""
+        rows, weights = batch.rows, batch.weights
+        n = len(rows)
+        i = 0
+        while i < n:
+            acc = self._acc
+            get = acc.get
+            j = min(n, i + max(self.spill_rows - len(acc), 1))
+            for r, w in zip(islice(rows, i, j), islice(weights, i, j), strict=True):
+                acc[r] = get(r, 0) + w
+            i = j
+            if len(acc) >= self.spill_rows:
+                self._spill_out()
 
     def _spill_out(self) -> None:
+        """Add the in-memory sums into the spill store, ``_SPILL_SLICE`` rows at a time."""
         if self._spill is None:
             if self._spill_dir is None:
                 self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
@@ -76,21 +88,22 @@ class ConsolidateCollection(Collection):
             # one directory per time: the output of a time may still be read by the sink
             self._spill = ScratchTable(tempfile.mkdtemp(prefix="time-", dir=self._spill_dir))
             self._spill_count = 0
-        items = [(encode_key(r), r, w) for r, w in self._acc.items() if w]
-        keys = [k for k, _, _ in items]
-        old = self._spill.get_many(keys)
-        puts: dict[bytes, bytes] = {}
-        deletes: list[bytes] = []
-        for (k, r, w), prev in zip(items, old, strict=True):
-            if prev is not None:
-                w += loads(prev)[1]
-            if w:
-                puts[k] = pickle.dumps((r, w))
-                self._spill_count += prev is None
-            elif prev is not None:
-                deletes.append(k)
-                self._spill_count -= 1
-        self._spill.write(puts, deletes)
+        pending = iter(self._acc.items())
+        while piece := list(islice(pending, _SPILL_SLICE)):
+            items = [(encode_key(r), r, w) for r, w in piece if w]
+            old = self._spill.get_many([k for k, _, _ in items])
+            puts: dict[bytes, bytes] = {}
+            deletes: list[bytes] = []
+            for (k, r, w), prev in zip(items, old, strict=True):
+                if prev is not None:
+                    w += loads(prev)[1]
+                if w:
+                    puts[k] = pickle.dumps((r, w))
+                    self._spill_count += prev is None
+                elif prev is not None:
+                    deletes.append(k)
+                    self._spill_count -= 1
+            self._spill.write(puts, deletes)
         self._acc = {}
 
     def on_time_end(self, time: int) -> DiffBatch:
