@@ -16,6 +16,8 @@ import psycopg
 import pytest
 
 from engine import Engine, ViewError
+from engine.applying import buffered_changes_setting
+from engine.engine_names import MAX_BUFFERED_CHANGES, MAX_BUFFERED_CHANGES_ENV
 from tests.e2e.test_engine_oracle import diff_rows
 
 VIEWS = {
@@ -113,3 +115,17 @@ def test_a_failure_in_the_middle_of_a_huge_transaction_leaves_nothing_half_appli
             (status,) = eng.list_views()
             assert (status.phase, status.last_error) == ("running", None)
             assert eng.spill_counts()["sink_times"] == 2  # the time replayed, spilled again
+
+
+def test_the_bound_comes_from_the_keyword_the_environment_or_the_default(monkeypatch):
+    monkeypatch.delenv(MAX_BUFFERED_CHANGES_ENV, raising=False)
+    assert buffered_changes_setting(None) == MAX_BUFFERED_CHANGES
+    assert buffered_changes_setting(0) == 0  # no bound
+    monkeypatch.setenv(MAX_BUFFERED_CHANGES_ENV, "5000")
+    assert buffered_changes_setting(None) == 5000
+    assert buffered_changes_setting(70) == 70  # the keyword wins
+    monkeypatch.setenv(MAX_BUFFERED_CHANGES_ENV, "lots")
+    with pytest.raises(ValueError, match="INCVIEW_MAX_BUFFERED_CHANGES must be a whole number"):
+        buffered_changes_setting(None)
+    with pytest.raises(ValueError, match="max_buffered_changes must be"):
+        buffered_changes_setting(-1)
