@@ -6,11 +6,14 @@ receive them chunk by chunk as one time, the GROUP BY's buffered input is compac
 consolidator spills the projection's output and the sink streams it into Postgres. Checked: each
 result table equals its query (as multisets) after an insert of 50k rows, a delete of half of
 them with updates, and a transaction that changes the table's shape half-way; the counters show
-that the spills happened; a result-table write that fails after 40k of 50k rows leaves the table
-as it was, and the retry applies the whole transaction.
+that the spills happened; a result-table write that fails after 40k of 50k rows, or an
+``incview run`` killed (SIGKILL) at that point, leaves the table as it was, and the retry (the
+restarted engine) applies the whole transaction.
 """
 
 from __future__ import annotations
+
+import time
 
 import psycopg
 import pytest
@@ -19,6 +22,7 @@ from engine import Engine, ViewError
 from engine.applying import buffered_changes_setting
 from engine.engine_names import MAX_BUFFERED_CHANGES, MAX_BUFFERED_CHANGES_ENV
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.incview_process import incview_run
 
 VIEWS = {
     "big_rows": "SELECT id, amount, note FROM big WHERE grp >= 0",
@@ -129,3 +133,55 @@ def test_the_bound_comes_from_the_keyword_the_environment_or_the_default(monkeyp
         buffered_changes_setting(None)
     with pytest.raises(ValueError, match="max_buffered_changes must be"):
         buffered_changes_setting(-1)
+
+
+@pytest.mark.slow  # ~5-10 s: a child process
+def test_sigkill_while_the_sink_writes_a_huge_transaction(pg_dsn, tmp_path, monkeypatch):
+    """``incview run`` is killed (SIGKILL) while its sink's transaction is half-way through a
+    spilled 50k-row time (a trigger holds it at the 40,000th row): the result table keeps what
+    it had, and a restarted engine applies the whole transaction."""
+    state = tmp_path / "state"
+    name, sql = "big_rows", VIEWS["big_rows"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")
+        conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
+        _insert(conn, 1, 100)
+        with Engine(pg_dsn, state, runner="local") as eng:
+            eng.create_view(name, sql)
+        conn.execute(
+            "CREATE FUNCTION stall() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER stall AFTER INSERT ON big_rows FOR EACH ROW "
+            "WHEN (NEW.id = 40000) EXECUTE FUNCTION stall()"
+        )
+        monkeypatch.setenv(MAX_BUFFERED_CHANGES_ENV, str(BOUND))
+        log = tmp_path / "run.log"
+        with incview_run(pg_dsn, state, log) as proc:
+            _insert(conn, 101, ROWS)
+            deadline = time.monotonic() + 60
+            stalled = None
+            while stalled is None:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the sink never reached the 40,000th row"
+                time.sleep(0.1)
+                stalled = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                    "AND datname = current_database()"
+                ).fetchone()
+            proc.kill()
+            proc.wait()
+        # the killed process's backend still sleeps inside the sink's transaction: end it
+        conn.execute("SELECT pg_terminate_backend(%s)", stalled)
+        assert conn.execute("SELECT count(*), max(id) FROM big_rows").fetchone() == (100, 100)
+        conn.execute("DROP TRIGGER stall ON big_rows")
+        # the killed sink was reading a spilled output: its scratch store is left behind ...
+        spill = state / "views" / name / "state.spill"
+        assert list(spill.glob("time-*"))
+        with Engine(pg_dsn, state, runner="local") as eng:
+            assert not list(spill.glob("time-*"))  # ... and removed when the view opens
+            eng.catch_up(timeout_s=300)
+            assert diff_rows(conn, name, sql) == (0, 0)
+            (status,) = eng.list_views()
+            assert status.phase == "running"
