@@ -6,20 +6,58 @@ output goes to the result table with the LSN in one Postgres transaction, then t
 commits. A failed view rewinds the reader so the batch is read again (the views that applied it
 skip it); a view that fails inside the engine (a bug) is sent back to population instead
 (``engine.recovery``). Mixed into ``Engine``.
+
+A huge transaction (more diffs than ``max_buffered_changes``) arrives partly on disk
+(``Transaction.spilled``): it is pushed into each view's dataflow chunk by chunk, all as the one
+time of the polled batch, so the sink still writes it in one Postgres transaction (a failure
+anywhere leaves the result table as it was, and the batch is read again).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
-from engine.engine_names import POLL_CHANGES
+from engine.engine_names import MAX_BUFFERED_CHANGES, MAX_BUFFERED_CHANGES_ENV, POLL_CHANGES
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
 from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
 
+def buffered_changes_setting(value: int | None) -> int:
+    """The ``max_buffered_changes`` setting: ``value``, else the environment variable, else the
+    default. Raises ``ValueError`` for a negative or non-integer setting."""
+    source = "max_buffered_changes"
+    if value is None:
+        raw = os.environ.get(MAX_BUFFERED_CHANGES_ENV)
+        if raw is None:
+            return MAX_BUFFERED_CHANGES
+        source = MAX_BUFFERED_CHANGES_ENV
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{source} must be a whole number of changes >= 0 (0: no bound), not {value!r}"
+        )
+    return value
+
+
 class ApplyMixin:
+    def spill_counts(self) -> dict[str, int]:
+        """How often the memory bound made this engine spill: source transactions (and their
+        chunks) the CDC reader put on disk, times whose output the views' sinks spilled, and
+        compactions of buffered input in stateful collections."""
+        views = list(self.views.values())
+        return {
+            "cdc_transactions": self.reader.spilled_transactions,
+            "cdc_chunks": self.reader.spilled_chunks,
+            "sink_times": sum(v.physical.dataflow.sink_spills for v in views),
+            "compactions": sum(v.physical.dataflow.compactions for v in views),
+        }
+
     def _run_local_once(self, running: list[ViewRuntime]) -> None:
         """One poll of the slot applied to ``running`` (runner local's streaming loop)."""
         txs = self.reader.poll(POLL_CHANGES)
@@ -99,7 +137,7 @@ class ApplyMixin:
                 last_commit = tx.commit_ts
                 continue
             df = view.physical.dataflow
-            for table, batch in tx.changes.items():
+            for table, batch in tx.iter_changes():
                 if table in inputs and batch:
                     cols = tuple(c.name for c in tx.relations[table].columns)
                     df.push(table, view.project(table, batch, cols))

@@ -19,6 +19,12 @@ repeats until no view wrote a table another view reads (a fixpoint). ``list_view
 when nothing is pending for the view, else now minus the commit time of the last source
 transaction it applied.
 
+Huge transactions (runner local): ``max_buffered_changes`` (default 100,000, or the environment
+variable ``INCVIEW_MAX_BUFFERED_CHANGES``; 0 for no bound) caps the diffs of one transaction held
+in memory: past it the CDC reader spills them to a temporary file, the view receives them in
+chunks (all in one time, the transaction's end LSN) and the sink streams a spilled output into
+Postgres, still in one Postgres transaction (``engine.applying``).
+
 ``runner="spark"`` (the default) populates through a Spark batch job (parallel snapshot reads,
 ``engine.spark.population``) and runs each view as a Structured Streaming query
 (``engine.spark.streaming``); ``catch_up`` then waits for the queries to reach the WAL position of
@@ -45,7 +51,7 @@ from pathlib import Path
 
 import psycopg
 
-from engine.applying import ApplyMixin
+from engine.applying import ApplyMixin, buffered_changes_setting
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import is_lock_error
 from engine.engine_names import (
@@ -111,6 +117,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         spark_conf: dict[str, str] | None = None,
         trigger_ms: int = 50,
         wait_timeout_s: float = 60.0,
+        max_buffered_changes: int | None = None,
     ) -> None:
         if runner not in ("local", "spark"):
             raise ValueError(f"runner must be 'local' or 'spark', not {runner!r}")
@@ -120,6 +127,7 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self.trigger_ms = trigger_ms
         # how long creating the slot, publishing a table... may wait on other sessions
         self.wait_timeout_s = wait_timeout_s
+        self.max_buffered_changes = buffered_changes_setting(max_buffered_changes)
         self._spark = None
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         self.views: dict[str, ViewRuntime] = {}
@@ -221,7 +229,12 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         self._next_advance = 0.0
         after = min((v.state_time for v in self.views.values()), default=0)
         self.reader = CdcReader(
-            self.dsn, SLOT, PUBLICATION, after_lsn=after, wait_timeout_s=self.wait_timeout_s
+            self.dsn,
+            SLOT,
+            PUBLICATION,
+            after_lsn=after,
+            wait_timeout_s=self.wait_timeout_s,
+            max_buffered_changes=self.max_buffered_changes,
         )
         self._advancer = CdcReader(self.dsn, SLOT, PUBLICATION)  # under _advance_lock only
         # the slot keeper's own catalog connection (it runs beside the caller's thread)

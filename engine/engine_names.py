@@ -12,6 +12,11 @@ POPULATION_TIME = 1
 # changes per poll of the slot: every peek decodes the WAL from the slot's restart point, so
 # fewer, larger polls cost less (a transaction always comes whole, however large)
 POLL_CHANGES = 100_000
+# diffs of one source transaction held in memory at once (CDC buffering, a time's buffered input,
+# the sink's consolidator); past it they go to disk (docs/reliability.md, huge transactions).
+# Engine(max_buffered_changes=...) or this environment variable; 0: no bound
+MAX_BUFFERED_CHANGES = 100_000
+MAX_BUFFERED_CHANGES_ENV = "INCVIEW_MAX_BUFFERED_CHANGES"
 POPULATION_CHUNK = 200_000  # source rows per population time (bounds memory)
 ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated

@@ -40,7 +40,9 @@ class ViewRuntime:
         self.plan = plan
         self.dir = engine.state_dir / "views" / record.name
         self.store = StateStore(self.dir / "state")
+        self.max_buffered_changes: int = engine.max_buffered_changes
         self.physical: PhysicalPlan = build_dataflow(plan, self.store)
+        self.physical.dataflow.bound_memory(self.max_buffered_changes)
         self._state_time: int = self.store.committed_time or 0
         # the plan the state was built by (engine.plan_lock): why it differs now, if it does
         self.plan_changed: str | None = None
@@ -165,6 +167,7 @@ class ViewRuntime:
         shutil.rmtree(self.dir / "state", ignore_errors=True)
         self.store = StateStore(self.dir / "state")
         self.physical = build_dataflow(self.plan, self.store)
+        self.physical.dataflow.bound_memory(self.max_buffered_changes)
         self._state_time = self.store.committed_time or 0
         self._projections = {}
         save_fingerprint(self.dir, fingerprint(self.physical.explain()))  # the new state's plan

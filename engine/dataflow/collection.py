@@ -69,6 +69,10 @@ class StatefulCollection(Collection):
         super().__init__()
         self.table: StateTable | None = None
         self._pending: list[list[DiffBatch]] = [[] for _ in range(self.arity)]
+        # past this many buffered diffs on a port, consolidate them (0: never); set by
+        # Dataflow.bound_memory. Counts how often it happened (compactions).
+        self.compact_rows = 0
+        self.compactions = 0
 
     def open(self, store: StateStore | None) -> None:
         if store is None:
@@ -77,7 +81,15 @@ class StatefulCollection(Collection):
 
     def on_diffs(self, port: int, batch: DiffBatch) -> DiffBatch:
         if batch:
-            self._pending[port].append(batch)
+            pending = self._pending[port]
+            pending.append(batch)
+            if self.compact_rows and len(pending) > 1:
+                n = sum(map(len, pending))
+                # at least doubled since the last compaction: amortized linear when the diffs
+                # do not cancel or repeat
+                if n > self.compact_rows and n > 2 * len(pending[0]):
+                    pending[:] = [DiffBatch.concat(pending).consolidate()]
+                    self.compactions += 1
         return DiffBatch()
 
     def on_time_end(self, time: int) -> DiffBatch:

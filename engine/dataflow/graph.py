@@ -19,7 +19,7 @@ import pickle
 from dataclasses import dataclass, field
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collection import Collection
+from engine.dataflow.collection import Collection, StatefulCollection
 from engine.dataflow.collections.consolidate import ConsolidateCollection
 from engine.dataflow.collections.fused_chain import FusedChainCollection
 from engine.dataflow.state.keycodec import encode_key
@@ -196,9 +196,38 @@ class Dataflow:
         assert self._output is not None and self._output.done == time
         self._last_time = time
         self._uncommitted = time
-        out = self._sink_output
+        out, self._sink_output = self._sink_output, None
         errs = self._apply_errs()
         return TimeOutput(time, out, errs)
+
+    def bound_memory(self, max_buffered_changes: int) -> None:
+        """Keep a time's buffered diffs near ``max_buffered_changes`` (0: no bound).
+
+        Several ``push`` es may make one time (a huge source transaction arrives in chunks): the
+        sink's consolidator spills past that many distinct rows (and returns a ``SpilledOutput``),
+        and each stateful collection consolidates its buffered input when it grows past it
+        (which bounds it when the input repeats rows, e.g. the projected columns of a GROUP BY;
+        distinct rows stay in memory until the time ends)."""
+        if max_buffered_changes <= 0:
+            return
+        self._sink.spill_rows = max_buffered_changes
+        for node in self._nodes:
+            if isinstance(node.collection, StatefulCollection):
+                node.collection.compact_rows = max_buffered_changes
+
+    @property
+    def sink_spills(self) -> int:
+        """How many times went through the sink's spill store since the dataflow was built."""
+        return self._sink.spilled_times
+
+    @property
+    def compactions(self) -> int:
+        """How often stateful collections consolidated their buffered input (``bound_memory``)."""
+        return sum(
+            n.collection.compactions
+            for n in self._nodes
+            if isinstance(n.collection, StatefulCollection)
+        )
 
     def _check_runnable(self) -> None:
         if not self._built:

@@ -58,6 +58,7 @@ from engine.postgres.pgoutput import (
     replica_identity_fix,
 )
 from engine.postgres.source_tree import ancestors, descendants
+from engine.postgres.tx_spill import SpilledChanges
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
@@ -73,6 +74,19 @@ SESSION_SETTINGS = {
 log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+_FETCH = 10000  # messages per round trip of the bounded (streamed) peek
+
+
+class _Counted:
+    """The first column of a cursor's rows, counted as they pass (``n``)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def over(self, rows: Iterable[tuple]) -> Iterator[bytes]:
+        for row in rows:
+            self.n += 1
+            yield row[0]
 
 
 def check_wal_level(setting: str) -> None:
@@ -129,10 +143,22 @@ class Transaction:
     changes: dict[str, DiffBatch] = field(default_factory=dict)
     truncated: set[str] = field(default_factory=set)
     relations: dict[str, Relation] = field(default_factory=dict)
+    # a huge transaction's diffs beyond the buffering bound, on disk (read with iter_changes)
+    spilled: SpilledChanges | None = None
 
     @property
     def change_count(self) -> int:
-        return sum(len(b) for b in self.changes.values())
+        held = sum(len(b) for b in self.changes.values())
+        return held + (self.spilled.change_count() if self.spilled is not None else 0)
+
+    def iter_changes(self) -> Iterator[tuple[str, DiffBatch]]:
+        """``(table, batch)`` for all the transaction's diffs: the spilled chunks first (one
+        batch each, read from disk as they are consumed), then what ``changes`` holds. Several
+        batches may name the same table; their sum is the table's change."""
+        if self.spilled is not None:
+            shapes = {t: rel.column_names for t, rel in self.relations.items()}
+            yield from self.spilled.read(shapes)
+        yield from self.changes.items()
 
 
 class _TableChanges:
@@ -250,6 +276,7 @@ class CdcReader:
         *,
         after_lsn: int | str = 0,
         wait_timeout_s: float = 60.0,
+        max_buffered_changes: int = 0,
     ) -> None:
         if not _SLOT_NAME.match(slot):
             raise ViewError(
@@ -269,6 +296,11 @@ class CdcReader:
         # how long a statement may wait on other sessions (engine.postgres.waiting)
         self.wait_s = wait_timeout_s
         self._ancestors: dict[int, list[str]] = {}  # relation oid -> ancestors_of(oid)
+        # poll(): a transaction's diffs past this many go to disk (SpilledChanges) and the peek
+        # is streamed from a server-side cursor; 0: everything in memory (no bound)
+        self.max_buffered_changes = max_buffered_changes
+        self.spilled_transactions = 0  # how many polled transactions spilled (counters)
+        self.spilled_chunks = 0
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -617,20 +649,47 @@ class CdcReader:
         """
         limit = max(int(max_changes), 1)
         while True:
-            messages = self.peek(limit)
-            txs, skipped_messages = self._assemble(messages)
-            if txs or len(messages) < limit:
+            if self.max_buffered_changes > 0:
+                txs, skipped_messages, read = self._peek_bounded(limit)
+            else:
+                messages = self.peek(limit)
+                txs, skipped_messages = self._assemble(messages)
+                read = len(messages)
+            if txs or read < limit:
                 # fewer messages than asked for: the peek reached the end of the flushed WAL
-                self.exhausted = len(messages) < limit
+                self.exhausted = read < limit
                 if txs:
                     self.last_lsn = txs[-1].end_lsn
                 return txs
             # The limit was spent on already-returned transactions (or an incomplete tail).
             limit = max(limit * 2, skipped_messages + max_changes)
 
-    def _assemble(self, messages: list[bytes]) -> tuple[list[Transaction], int]:
+    def _peek_bounded(self, limit: int) -> tuple[list[Transaction], int, int]:
+        """``peek`` + ``_assemble`` in bounded memory: the messages stream from a server-side
+        cursor (fetched ``_FETCH`` at a time, never all in a list) and each transaction's diffs
+        past ``max_buffered_changes`` go to disk. Returns (transactions, skipped messages,
+        messages read)."""
+        counted = _Counted()
+        with self.slot_lock() as conn, conn.cursor(name="incview_peek", binary=True) as cur:
+            cur.itersize = _FETCH
+            try:
+                cur.execute(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "'proto_version', '1', 'publication_names', %s)",
+                    (self.slot, limit, quote_ident(self.publication)),
+                )
+                txs, skipped = self._assemble(counted.over(cur), self.max_buffered_changes)
+            except psycopg.errors.UndefinedObject as e:
+                raise self._peek_error(e) from e
+        return txs, skipped, counted.n
+
+    def _assemble(
+        self, messages: Iterable[bytes], spill_after: int = 0
+    ) -> tuple[list[Transaction], int]:
         """Group decoded messages into transactions after ``last_lsn``; drops an incomplete tail.
-        Returns the transactions and the number of messages of skipped (old) transactions."""
+        Returns the transactions and the number of messages of skipped (old) transactions. With
+        ``spill_after``, a transaction's gathered diffs move to disk each time they reach that
+        many (``Transaction.spilled``)."""
         decoder = self.decoder
         decode = decoder.decode
         relations = decoder.relations
@@ -641,8 +700,14 @@ class CdcReader:
         skipping = False
         tables: dict[int, _TableChanges] = {}
         start = 0
+        spill: SpilledChanges | None = None
+        buffered = 0
+        bound = spill_after if spill_after > 0 else -1
         for i, data in enumerate(messages):
             kind = data[0]
+            if buffered == bound:
+                spill = self._spill(tables, spill)
+                buffered = 0
             if skipping:
                 if kind == 82 or kind == 89:  # R, Y: keep the relation cache current
                     ev = decode(data)
@@ -660,6 +725,7 @@ class CdcReader:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 acc.rows.append(ev.new)
                 acc.weights.append(1)
+                buffered += 1
             elif kind == 85:  # U
                 ev = decode(data)
                 acc = tables.get(ev.oid)
@@ -670,6 +736,7 @@ class CdcReader:
                     continue
                 acc.rows += (ev.old, ev.new)
                 acc.weights += (-1, 1)
+                buffered += 1
             elif kind == 68:  # D
                 ev = decode(data)
                 acc = tables.get(ev.oid)
@@ -680,16 +747,25 @@ class CdcReader:
                     continue
                 acc.rows.append(ev.old)
                 acc.weights.append(-1)
+                buffered += 1
             elif kind == 66:  # B
                 begin = decode(data)
                 start = i
                 tables = {}
+                spill = None
+                buffered = 0
                 if begin.final_lsn < after:  # returned by an earlier poll
                     skipping = True
             elif kind == 67:  # C
                 commit = decode(data)
                 assert isinstance(commit, Commit) and begin is not None
-                txs.append(self._transaction(begin, commit, tables))
+                tx = self._transaction(begin, commit, tables)
+                if spill is not None:
+                    tx.spilled = spill
+                    spill = None
+                    self.spilled_transactions += 1
+                txs.append(tx)
+                buffered = 0
                 begin = None
             elif kind == 82:  # R
                 rel = decode(data)
@@ -707,6 +783,8 @@ class CdcReader:
                     acc.rows.clear()
                     acc.weights.clear()
                     acc.truncated = True
+                    if spill is not None:
+                        spill.truncate(acc.rel.qualified_name)
             else:  # O (origin), Y (type), M (message): nothing to gather
                 decode(data)
         return txs, skipped
@@ -729,6 +807,22 @@ class CdcReader:
         acc.rows.clear()
         acc.weights.clear()
         acc.truncated = True
+
+    def _spill(
+        self, tables: dict[int, _TableChanges], spill: SpilledChanges | None
+    ) -> SpilledChanges:
+        """Move the diffs gathered so far in ``tables`` into ``spill`` (made on first use)."""
+        if spill is None:
+            spill = SpilledChanges()
+        for oid, acc in tables.items():
+            if acc.rows:
+                # also under every table above a partition or child (as ``_transaction`` does);
+                # the chunk keeps its own column names: the views project by name
+                for name in (acc.rel.qualified_name, *self.ancestors_of(oid)):
+                    spill.append(name, acc.rel.column_names, acc.rows, acc.weights)
+                acc.rows, acc.weights = [], []
+                self.spilled_chunks += 1
+        return spill
 
     def _transaction(
         self, begin: Begin, commit: Commit, tables: dict[int, _TableChanges]

@@ -2,12 +2,13 @@
 
 ``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
-binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd), deletes
-exactly ``|w|`` physical copies of every row with a negative weight (multiset-exact: duplicates
-and NULLs included, rows found through the result table's row-hash index, matched with
-``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), inserts
-``w`` copies of every row with a positive weight and records the LSN, so results and LSN commit
-together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
+binary-COPYs the consolidated diffs into an ``ON COMMIT DROP`` temp table (never ANALYZEd; a
+time whose output the dataflow spilled to disk, a ``SpilledOutput``, is COPYed chunk by chunk,
+never whole in memory), deletes exactly ``|w|`` physical copies of every row with a negative
+weight (multiset-exact: duplicates and NULLs included, rows found through the result table's
+row-hash index, matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost follows
+the diffs, not the table), inserts ``w`` copies of every row with a positive weight and records
+the LSN, so results and LSN commit together. ``populate(batches, lsn)`` writes a view's whole content: into a new table that is
 renamed into place (readers never see a partial table), or, when the result table exists, by
 applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
 its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);
@@ -29,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
@@ -362,6 +364,8 @@ class ResultSink:
         ``strict`` on, a repeated row with negative weight makes the delete find too few rows
         and raises instead of writing a wrong result.
         """
+        if isinstance(diffs, SpilledOutput):
+            return self._apply_spilled(diffs, lsn, commit_time)
         start = time.perf_counter()
         if consolidate:
             diffs = diffs.consolidate()
@@ -390,6 +394,40 @@ class ResultSink:
             raise
         except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
             raise self._wrap(f"applying {len(diffs)} diffs at LSN {lsn:X}", e) from e
+        return True
+
+    def _apply_spilled(self, diffs: SpilledOutput, lsn: int, commit_time: datetime | None) -> bool:
+        """``apply`` of a time whose output stayed on disk: its chunks are COPYed one after the
+        other into the diff table (never all in memory), in the same one transaction."""
+        start = time.perf_counter()
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                applied = self._lock_view(cur)
+                if applied is not None and applied >= lsn:
+                    return False
+                if not self._checked:
+                    if not self._check_table(cur):
+                        raise ViewError(
+                            f"result table {self.qualified_name} of view {self.view} does not "
+                            "exist: populate the view before applying changes"
+                        )
+                    self._checked = True
+                self._local_settings(cur)
+                self._create_tmp(cur, _DIFFS)
+                n_del = n_ins = top = 0
+                for chunk in diffs.chunks():
+                    ws = chunk.weights
+                    n_del -= sum(w for w in ws if w < 0)
+                    n_ins += sum(w for w in ws if w > 0)
+                    top = max(top, max(ws))
+                    self._copy_weighted(cur, _DIFFS, zip(chunk.rows, ws, strict=True))
+                self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, top > 1)
+                ms = (time.perf_counter() - start) * 1000.0
+                ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, commit_time)
+        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
+            raise self._wrap(f"applying {len(diffs)} spilled diffs at LSN {lsn:X}", e) from e
         return True
 
     def _write_diffs(

@@ -9,6 +9,7 @@ from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.collections.consolidate import ConsolidateCollection
 from engine.dataflow.collections.union import UnionCollection
 from engine.dataflow.graph import Dataflow
+from engine.dataflow.spilled_output import SpilledOutput
 from engine.dataflow.state.store import StateStore
 
 
@@ -93,6 +94,26 @@ def test_sink_consolidates_in_a_spill_store_past_its_memory_limit(state_dir):
     for i in range(1000):
         expected[(i % 300,)] = expected.get((i % 300,), 0) + 1
     assert out.counts() == expected
+
+
+def test_a_spilled_output_is_read_in_chunks_of_the_limit(state_dir):
+    """Past ``spill_rows`` the time's output stays on disk (``SpilledOutput``): the sink reads it
+    ``spill_rows`` rows at a time, each row once, with its net weight."""
+    sink = ConsolidateCollection(spill_rows=100)
+    sink.open(StateStore(state_dir))
+    sink.on_diffs(0, DiffBatch.inserts([(i,) for i in range(1050)]))  # one batch past the limit
+    sink.on_diffs(0, DiffBatch([(i,) for i in range(0, 1050, 2)], [1] * 525))
+    sink.on_diffs(0, DiffBatch.deletes([(i,) for i in range(0, 1050, 3)]))
+    out = sink.on_time_end(1)
+    assert isinstance(out, SpilledOutput)
+    expected = {(i,): 1 + (i % 2 == 0) - (i % 3 == 0) for i in range(1050)}
+    expected = {r: w for r, w in expected.items() if w}
+    assert len(out) == len(expected)
+    chunks = list(out.chunks())
+    assert max(len(c) for c in chunks) == 100
+    assert sum(len(c) for c in chunks) == len(expected)
+    assert dict(pair for c in chunks for pair in c) == expected
+    out.close()
 
 
 def test_explain_marks_state_and_shared_nodes(state_dir):

@@ -2,22 +2,30 @@
 
 Columnar batches (``DiffBatch.columns``) are kept as they come and consolidated at TimeEnd by
 one Arrow group-by (``kernels.consolidate_columns``), so a columnar time reaches the sink as
-columns. Row batches (or a mix) are summed per row in memory; past ``spill_rows`` distinct rows the sums move to a scratch
-RocksDB under the view's state directory (seed 003: a 50 GB transaction must not need 50 GB of
-RAM), which is drained at TimeEnd. Rows whose weights cancel out are never emitted, so the sink
-writes only real changes. Holds no durable state.
+columns. Row batches (or a mix) are summed per row in memory; past ``spill_rows`` distinct
+rows the sums move to a scratch RocksDB under the view's state directory (seed 003: a 50 GB
+transaction must not need 50 GB of RAM). Such a time's output stays there: it is returned as a
+``SpilledOutput`` that the sink reads ``spill_rows`` at a time. Rows whose weights cancel out are
+never emitted, so the sink writes only real changes. Holds no durable state: leftover scratch
+stores (a crash) are deleted when the collection opens.
 """
 
 from __future__ import annotations
 
 import pickle
+import shutil
+import tempfile
+from itertools import islice
 from pathlib import Path
 
 from engine.dataflow.batch import DiffBatch, Row
 from engine.dataflow.collection import Collection
 from engine.dataflow.nan import loads
+from engine.dataflow.spilled_output import SpilledOutput
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import ScratchTable, StateStore
+
+_SPILL_SLICE = 20_000  # rows moved to the spill store per write (bounds the temporary lists)
 
 
 class ConsolidateCollection(Collection):
@@ -27,13 +35,16 @@ class ConsolidateCollection(Collection):
         self._acc: dict[Row, int] = {}
         self._spill: ScratchTable | None = None
         self._spill_dir: Path | None = None
+        self._spill_count = 0  # distinct rows in the spill store
         self.spilled = False  # whether the last time went through the spill store (for tests)
+        self.spilled_times = 0  # how many times went through it (counters)
         self._columnar: list[DiffBatch] = []  # columnar batches of the time, while all are
         self._columnar_rows = 0
 
     def open(self, store: StateStore | None) -> None:
         if store is not None:
             self._spill_dir = store.path.parent / (store.path.name + ".spill")
+            shutil.rmtree(self._spill_dir, ignore_errors=True)  # scratch of a crashed process
 
     def on_diffs(self, port: int, batch: DiffBatch) -> DiffBatch:
         if batch.columns is not None and not self._acc and self._spill is None:
@@ -53,33 +64,46 @@ class ConsolidateCollection(Collection):
             self._add(b)
 
     def _add(self, batch: DiffBatch) -> None:
-        acc = self._acc
-        get = acc.get
-        for r, w in zip(batch.rows, batch.weights, strict=True):
-            acc[r] = get(r, 0) + w
-        if len(acc) > self.spill_rows:
-            self._spill_out()
+        """Sum ``batch`` into the in-memory sums, spilling them whenever they reach
+        ``spill_rows`` rows (the batch is taken a slice at a time, so they never pass it)."""
+        rows, weights = batch.rows, batch.weights
+        n = len(rows)
+        i = 0
+        while i < n:
+            acc = self._acc
+            get = acc.get
+            j = min(n, i + max(self.spill_rows - len(acc), 1))
+            for r, w in zip(islice(rows, i, j), islice(weights, i, j), strict=True):
+                acc[r] = get(r, 0) + w
+            i = j
+            if len(acc) >= self.spill_rows:
+                self._spill_out()
 
     def _spill_out(self) -> None:
+        """Add the in-memory sums into the spill store, ``_SPILL_SLICE`` rows at a time."""
         if self._spill is None:
             if self._spill_dir is None:
-                import tempfile
-
                 self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
-            self._spill = ScratchTable(self._spill_dir)
-        items = [(encode_key(r), r, w) for r, w in self._acc.items() if w]
-        keys = [k for k, _, _ in items]
-        old = self._spill.get_many(keys)
-        puts: dict[bytes, bytes] = {}
-        deletes: list[bytes] = []
-        for (k, r, w), prev in zip(items, old, strict=True):
-            if prev is not None:
-                w += loads(prev)[1]
-            if w:
-                puts[k] = pickle.dumps((r, w))
-            elif prev is not None:
-                deletes.append(k)
-        self._spill.write(puts, deletes)
+            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            # one directory per time: the output of a time may still be read by the sink
+            self._spill = ScratchTable(tempfile.mkdtemp(prefix="time-", dir=self._spill_dir))
+            self._spill_count = 0
+        pending = iter(self._acc.items())
+        while piece := list(islice(pending, _SPILL_SLICE)):
+            items = [(encode_key(r), r, w) for r, w in piece if w]
+            old = self._spill.get_many([k for k, _, _ in items])
+            puts: dict[bytes, bytes] = {}
+            deletes: list[bytes] = []
+            for (k, r, w), prev in zip(items, old, strict=True):
+                if prev is not None:
+                    w += loads(prev)[1]
+                if w:
+                    puts[k] = pickle.dumps((r, w))
+                    self._spill_count += prev is None
+                elif prev is not None:
+                    deletes.append(k)
+                    self._spill_count -= 1
+            self._spill.write(puts, deletes)
         self._acc = {}
 
     def on_time_end(self, time: int) -> DiffBatch:
@@ -96,15 +120,11 @@ class ConsolidateCollection(Collection):
             self.spilled = False
             return out
         self._spill_out()
-        rows, weights = [], []
-        for _, v in self._spill.items():
-            r, w = loads(v)  # NaN comes back as the shared NaN (engine.dataflow.nan)
-            rows.append(r)
-            weights.append(w)
-        self._spill.close()
+        out = SpilledOutput(self._spill, self._spill_count, self.spill_rows)
         self._spill = None
         self.spilled = True
-        return DiffBatch(rows, weights).consolidate()
+        self.spilled_times += 1
+        return out
 
     def describe(self) -> str:
         return "Consolidate (sink)"
