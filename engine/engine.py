@@ -514,12 +514,24 @@ class Engine(ApplyMixin, RecoveryMixin, SparkRunnerMixin):
         deadline = time.monotonic() + timeout_s
         if not self.views:
             return
+        given_up = {n for n in self.views if self.repairs.gave_up_on(n)}
         if self.runner == "spark":
             self.check_sources()
             self.check_slot()
             self.check_partitions()
             self._catch_up_spark(deadline, timeout_s)
-            return
+        else:
+            self._catch_up_local_retrying(deadline, timeout_s)
+        failed = sorted(n for n in self.views if self.repairs.gave_up_on(n) and n not in given_up)
+        if failed:  # not brought up to date by this call: say so (list_views has the details)
+            record = self.catalog.get(failed[0])
+            raise ViewError(
+                f"catch_up could not bring view(s) {', '.join(failed)} up to date: "
+                f"{record.last_error if record else 'internal error'}"
+            )
+
+    def _catch_up_local_retrying(self, deadline: float, timeout_s: float) -> None:
+        """``_catch_up_local``, waiting out an outage of the database within the deadline."""
         backoff = Backoff(cap=5.0)
         try:
             while True:

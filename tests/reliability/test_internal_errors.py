@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from engine import Engine
+from engine import Engine, ViewError
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.view_repairs import ViewRepairs
 from tests.e2e.test_engine_oracle import diff_rows
@@ -81,7 +81,8 @@ def test_a_view_failing_every_time_ends_in_error(pg_conn, pg_dsn, state_dir, fai
     with _open(pg_dsn, state_dir, create=True) as engine:
         failing_reduce[0] = 10**9
         _write(pg_conn, 100)
-        engine.catch_up(timeout_s=30)  # returns: the other view is done, this one gave up
+        with pytest.raises(ViewError, match="catch_up could not bring view.s. totals up to date"):
+            engine.catch_up(timeout_s=30)  # the other view is done, this one gave up
         phase, error = _status(engine)["totals"]
         assert phase == "error"
         assert error.startswith("internal error (RuntimeError: injected operator bug), 5 times")
