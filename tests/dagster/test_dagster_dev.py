@@ -41,6 +41,10 @@ def _runner() -> str:
     return "spark" if importlib.util.find_spec("engine.spark.population") else "local"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -168,6 +172,9 @@ def test_dagster_dev_populates_a_demo_view_through_graphql(pg_dsn, tmp_path):
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # dagster dev maps SIGTERM to SIGINT's handler: a SIGINT ignored by whoever started
+            # pytest (a background job of a non-interactive shell) must not reach it ignored
+            preexec_fn=_default_sigint,
         )
     try:
         gql = GraphQL(port)
