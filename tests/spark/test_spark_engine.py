@@ -84,6 +84,12 @@ def test_streaming_queries_keep_up_with_a_writer(spark, pg_dsn, tmp_path):
             t = threading.Thread(target=writer)
             t.start()
             time.sleep(12)
+            # a slow machine makes slow batches: the writer goes on until three have run
+            deadline = time.monotonic() + 60
+            while len(eng.views["order_totals"].stream.metrics) < 3:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
             stop.set()
             t.join()
             eng.catch_up(120)
