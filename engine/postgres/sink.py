@@ -375,16 +375,8 @@ class ResultSink:
         multi = n_ins > 0 and max(ws) > 1
         try:
             with self.conn.transaction(), self.conn.cursor() as cur:
-                applied = self._lock_view(cur)
-                if applied is not None and applied >= lsn:
+                if self._holds(cur, lsn):
                     return False
-                if not self._checked:
-                    if not self._check_table(cur):
-                        raise ViewError(
-                            f"result table {self.qualified_name} of view {self.view} does not "
-                            "exist: populate the view before applying changes"
-                        )
-                    self._checked = True
                 if n_del or n_ins:
                     pairs = zip(diffs.rows, ws, strict=True)
                     self._write_diffs(cur, self._target, _DIFFS, pairs, n_del, n_ins, multi)
@@ -396,22 +388,29 @@ class ResultSink:
             raise self._wrap(f"applying {len(diffs)} diffs at LSN {lsn:X}", e) from e
         return True
 
+    def _holds(self, cur, lsn: int) -> bool:
+        """Lock the view's row; whether its result table already holds ``lsn`` (then the
+        caller writes nothing). Checks once that the result table exists."""
+        applied = self._lock_view(cur)
+        if applied is not None and applied >= lsn:
+            return True
+        if not self._checked:
+            if not self._check_table(cur):
+                raise ViewError(
+                    f"result table {self.qualified_name} of view {self.view} does not "
+                    "exist: populate the view before applying changes"
+                )
+            self._checked = True
+        return False
+
     def _apply_spilled(self, diffs: SpilledOutput, lsn: int, commit_time: datetime | None) -> bool:
         """``apply`` of a time whose output stayed on disk: its chunks are COPYed one after the
         other into the diff table (never all in memory), in the same one transaction."""
         start = time.perf_counter()
         try:
             with self.conn.transaction(), self.conn.cursor() as cur:
-                applied = self._lock_view(cur)
-                if applied is not None and applied >= lsn:
+                if self._holds(cur, lsn):
                     return False
-                if not self._checked:
-                    if not self._check_table(cur):
-                        raise ViewError(
-                            f"result table {self.qualified_name} of view {self.view} does not "
-                            "exist: populate the view before applying changes"
-                        )
-                    self._checked = True
                 self._local_settings(cur)
                 self._create_tmp(cur, _DIFFS)
                 n_del = n_ins = top = 0
