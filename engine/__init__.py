@@ -4,29 +4,54 @@ The public face, as README and the architecture's contract name it::
 
     from engine import Engine, ViewStatus, IncviewError, UnsupportedSQL, ViewError
 
-``Engine`` (and ``ViewStatus``, ``split_view_name``) load on first use, so that importing a
-submodule (``engine.dataflow``, ``engine.errors``) does not import the whole engine.
+and what the Dagster integration (``incview_dagster``) and other tools built on the engine need,
+so that they never reach into ``engine.postgres``, ``engine.spark`` or ``engine.sql``:
+``ViewRecord`` and ``view_records(conn)`` (the catalog ``incview.views``), ``lsn_text`` (an LSN
+as Postgres writes it), ``EmbeddedPostgres`` (the private server of the embedded default),
+``spark_session`` (incview's configured SparkSession) and ``parse_query`` (a view's SQL as
+sqlglot's tree, with incview's checks).
+
+Everything but the error classes loads on first use, so that importing a submodule
+(``engine.dataflow``, ``engine.errors``) does not import the whole engine.
 """
 
 from engine.errors import IncviewError, SourceChanged, StateError, UnsupportedSQL, ViewError
 
 __all__ = [
+    "EmbeddedPostgres",
     "Engine",
     "IncviewError",
     "SourceChanged",
     "StateError",
     "UnsupportedSQL",
     "ViewError",
+    "ViewRecord",
     "ViewStatus",
+    "lsn_text",
+    "parse_query",
+    "spark_session",
     "split_view_name",
+    "view_records",
 ]
 
-_LAZY = {"Engine", "ViewStatus", "split_view_name"}
+# public name -> (module, name there)
+_LAZY = {
+    "Engine": ("engine.engine", "Engine"),
+    "ViewStatus": ("engine.engine", "ViewStatus"),
+    "split_view_name": ("engine.engine", "split_view_name"),
+    "ViewRecord": ("engine.postgres.view_catalog", "ViewRecord"),
+    "view_records": ("engine.postgres.view_catalog", "view_records"),
+    "lsn_text": ("engine.postgres.view_catalog", "int_to_lsn"),
+    "EmbeddedPostgres": ("engine.postgres.embedded", "EmbeddedPostgres"),
+    "spark_session": ("engine.spark.session", "get_spark"),
+    "parse_query": ("engine.sql.parse", "parse_query"),
+}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from engine import engine as _engine_module
+        import importlib
 
-        return getattr(_engine_module, name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engine.postgres.view_catalog import ViewRecord
+from engine import ViewRecord
 from incview_dagster.jobs import StreamingJobStatus
 
 ABSENT = "absent"  # not in the catalog: never populated (or dropped)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from engine.sql.parse import parse_query
+from engine import parse_query
 from incview_dagster.view import IncView
 
 DEFAULT_SCHEMA = "public"

@@ -33,8 +33,7 @@ from dagster import ConfigurableResource
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
-from engine.errors import ViewError
-from engine.postgres.view_catalog import ViewCatalog, ViewRecord
+from engine import ViewError, ViewRecord, view_records
 from incview_dagster.jobs import StreamingJobLauncher, StreamingJobStatus
 from incview_dagster.lineage import source_tables
 from incview_dagster.view import IncView
@@ -45,7 +44,7 @@ _EMBEDDED: dict[Path, Any] = {}  # state dir -> its started EmbeddedPostgres (on
 def embedded_dsn(state_dir: str | Path) -> str:
     """DSN of the embedded PostgreSQL under ``state_dir`` (started if it does not run). It is
     never stopped from here: streaming jobs and other Dagster processes use it too."""
-    from engine.postgres.embedded import EmbeddedPostgres
+    from engine import EmbeddedPostgres
 
     directory = (Path(state_dir) / "postgres").absolute()
     server = _EMBEDDED.get(directory)
@@ -109,7 +108,7 @@ class IncViewResource(ConfigurableResource):
     def view_records(self) -> dict[str, ViewRecord]:
         """Every view of the catalog (``incview.views``) by name: the state shared with the jobs."""
         with self.connect() as conn:
-            return {r.name: r for r in ViewCatalog.open(conn).all()}
+            return {r.name: r for r in view_records(conn)}
 
     @contextlib.contextmanager
     def open_engine(self, views: list[str] | None = None) -> Iterator[Any]:
@@ -137,9 +136,9 @@ class IncViewResource(ConfigurableResource):
         incview's data sources) with ``spark_conf``, handed out by dagster-pyspark's
         ``LazyPySparkResource`` (which returns the active session)."""
         if self._lazy_spark is None:
-            from engine.spark.session import get_spark
+            from engine import spark_session
 
-            get_spark(dict(self.spark_conf), self.state_path)
+            spark_session(dict(self.spark_conf), self.state_path)
             self._lazy_spark = LazyPySparkResource(spark_config=dict(self.spark_conf))
         return self._lazy_spark.spark_session
 

@@ -43,7 +43,7 @@ from dagster import (
     sensor,
 )
 
-from engine.postgres.view_catalog import int_to_lsn
+from engine import lsn_text
 from incview_dagster.health import POPULATING, RUNNING, ViewHealth, assess_view
 from incview_dagster.lineage import view_lineage
 from incview_dagster.resource import IncViewResource
@@ -125,7 +125,7 @@ def _health_metadata(health: ViewHealth, rows: int | None) -> dict[str, Any]:
     if rows is not None:
         metadata["dagster/row_count"] = rows
     if health.last_lsn is not None:
-        metadata["last_lsn"] = int_to_lsn(health.last_lsn)
+        metadata["last_lsn"] = lsn_text(health.last_lsn)
     if health.last_error:
         metadata["last_error"] = health.last_error
     return metadata
@@ -226,8 +226,8 @@ def build_supervisor_sensor(
                             asset_key=key,
                             description="the streaming job changed the result table",
                             metadata={
-                                "last_lsn": int_to_lsn(record.last_lsn or lsn),
-                                "last_change_lsn": int_to_lsn(lsn),
+                                "last_lsn": lsn_text(record.last_lsn or lsn),
+                                "last_change_lsn": lsn_text(lsn),
                                 "dagster/row_count": rows.get(view.name, 0),
                                 "incview/source": "streaming job (run-less)",
                             },

@@ -249,3 +249,9 @@ class ViewCatalog:
             (name,),
         ).fetchone()
         return lsn_to_int(row[0]) if row else None
+
+
+def view_records(conn: psycopg.Connection) -> list[ViewRecord]:
+    """Every view of the catalog (``incview.views``), by name order; the schema is created or
+    migrated on first use. Part of the engine's face (``from engine import view_records``)."""
+    return ViewCatalog.open(conn).all()
