@@ -1,0 +1,145 @@
+"""Population: a view's first computation, and re-population (seed 003's "back to population").
+
+``_populate`` reads every source of a view in one snapshot (in this process, or by parallel Spark
+tasks sharing the exported snapshot), runs the dataflow over it in chunks, each committed to the
+state, and streams the output into the result table (a new one, or only the difference to the
+existing one). ``_repopulate`` does it again from fresh state, leaving a marker so that a crash
+in the middle is finished at the next open.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+from engine.dataflow.batch import DiffBatch
+from engine.engine_names import (
+    POPULATION_CHUNK,
+    POPULATION_TIME,
+    REPOPULATE_MARKER,
+)
+from engine.errors import ViewError
+from engine.population_progress import PopulationProgress
+from engine.postgres.snapshot import snapshot_reader
+from engine.postgres.waiting import waits_reported
+from engine.sql.population_filter import population_filters
+from engine.view_runtime import ViewRuntime
+
+log = logging.getLogger(__name__)
+
+
+class PopulationMixin:
+    """The part of ``Engine`` described in the module docstring."""
+
+    def _populate(self, view: ViewRuntime, time_: int = POPULATION_TIME, lsn: int = 0) -> int:
+        """Read every source in one snapshot, run the dataflow over it, write the result table
+        (a new table, or only the difference to an existing one); returns the rows written.
+
+        The input goes through the dataflow in chunks of ``POPULATION_CHUNK`` rows, each its
+        own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
+        tables' size; the chunks' outputs stream into the sink's population transaction (a
+        Z-set: retractions of earlier chunks' rows net out). The state ends at ``time_`` (or
+        just after the last chunk, for a new view whose ``time_`` is 1)."""
+        # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
+        filters = population_filters(view.plan.optimized)
+        final = time_
+        # the partitions and children below the sources, published (new inheritance children)
+        # and given REPLICA IDENTITY FULL BEFORE the snapshot: one attached or created after
+        # this is then noticed by check_partitions (and re-populates) even if the snapshot
+        # shows its rows
+        view.save_tree(
+            self.reader.ensure(sorted(view.inputs), create_slot=False, adopt_children=True)
+        )
+        with (
+            snapshot_reader(self.dsn) as reader,
+            waits_reported(
+                reader.conn,
+                f"populating view {view.name}",
+                self.dsn,
+                self.wait_timeout_s,
+                locks_only=True,
+            ),
+        ):
+            tables = []
+            for table, columns in view.inputs.items():
+                schema, _, name = table.partition(".")
+                source = self.sources.lookup(schema, name)
+                if source is None:
+                    raise ViewError(
+                        f"view {view.name}: source table {table} does not exist any more; "
+                        f"re-create it or drop_view({view.name!r})"
+                    )
+                tables.append((source, columns, filters.get(table)))
+            # ACCESS SHARE on every source now, as the COPYs would: a session holding a
+            # conflicting lock is waited for and named here, also when Spark tasks read
+            reader.lock_tables([source for source, _, _ in tables])
+
+            def outputs() -> Iterator[DiffBatch]:
+                nonlocal final
+                df = view.physical.dataflow
+                t = pending = 0
+                with PopulationProgress(view.name, tables) as progress:
+                    for table, batch in self._read_sources(reader, tables):
+                        df.push(table, batch)
+                        progress.update(len(batch))
+                        pending += len(batch)
+                        if pending >= POPULATION_CHUNK:
+                            t += 1
+                            yield df.time_end(t).diffs
+                            df.commit(t)
+                            pending = 0
+                final = max(time_, t + 1)
+                yield df.time_end(final).diffs
+
+            written = view.sink.populate(outputs(), lsn)
+            snap = reader.snapshot
+        df = view.physical.dataflow
+        view.save_snapshot(snap)
+        df.commit(final)
+        view.committed(final)
+        self._replica_identity_full(view.result_name)
+        self._record_errors(view, df.errors())  # populating -> running (or error)
+        return written
+
+    def _read_sources(self, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
+        """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
+        tasks sharing the exported snapshot, or in this process (runner local)."""
+        if self.runner == "spark":
+            from engine.spark.population import read_sources
+
+            yield from read_sources(self.spark, self.dsn, reader, tables, self.wait_timeout_s)
+            return
+        for source, columns, where in tables:
+            for batch in reader.read_table(source, list(columns), where):
+                yield source.qualified_name, batch
+
+    def repopulate(self, name: str) -> None:
+        """Recovery: send view ``name`` back to population (fresh state and snapshot; the result
+        table is corrected by difference). Its streaming job must not be running elsewhere."""
+        view = self.views.get(name)
+        if view is None:
+            raise ViewError(
+                f"view {name} is not open in this Engine (it does not exist, or another "
+                f"process runs it: open it with Engine(..., views=[{name!r}]))"
+            )
+        self.repairs.forget(name)  # an internal error's count starts again
+        self._send_back(view, view.state_time, None)
+
+    def _repopulate(self, view: ViewRuntime, time_: int) -> None:
+        """Send ``view`` back to population (seed 003): fresh state, a fresh snapshot, only the
+        difference written to the result table; state and sink are then at ``time_`` and every
+        later transaction not visible in the new snapshot is applied as usual."""
+        time_ = max(time_, POPULATION_TIME)
+        marker = view.dir / REPOPULATE_MARKER
+        view.dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(time_))
+        self.catalog.set_phase(view.name, "populating", None)
+        view.record = self.catalog.get(view.name) or view.record
+        view.reset_state()
+        written = self._populate(view, time_, time_)
+        marker.unlink()
+        if written and view.result_name in self._inputs_of_all():
+            self._downstream_dirty = True
+
+    def _inputs_of_all(self) -> set[str]:
+        return {t for v in self.views.values() for t in v.inputs}
