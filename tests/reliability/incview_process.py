@@ -13,13 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def incview_cli(
-    dsn: str, state: Path, log: Path, *args: str, runner: str = "local"
+    dsn: str,
+    state: Path,
+    log: Path,
+    *args: str,
+    runner: str = "local",
+    prefix: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """``python -m engine.cli ... <args>`` started with its output in ``log`` (the caller waits
-    for it or kills it)."""
+    for it or kills it); ``prefix`` is put before the command (e.g. ``ip netns exec NS``)."""
     with open(log, "a") as out:
         return subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "engine.cli",
@@ -39,11 +45,11 @@ def incview_cli(
 
 @contextlib.contextmanager
 def incview_run(
-    dsn: str, state: Path, log: Path, runner: str = "local"
+    dsn: str, state: Path, log: Path, runner: str = "local", prefix: tuple[str, ...] = ()
 ) -> Iterator[subprocess.Popen]:
     """``python -m engine.cli ... run`` with its output in ``log``; killed on exit if alive."""
     log.write_text("")
-    proc = incview_cli(dsn, state, log, "run", runner=runner)
+    proc = incview_cli(dsn, state, log, "run", runner=runner, prefix=prefix)
     try:
         yield proc
     finally:
