@@ -210,9 +210,10 @@ def _require_snapshot_tx(conn: psycopg.Connection, snapshot_name: str | None) ->
 
 @contextlib.contextmanager
 def _repeatable_read(
-    conn: psycopg.Connection, snapshot_name: str | None
+    conn: psycopg.Connection, snapshot_name: str | None, lock_timeout_ms: int | None = None
 ) -> Iterator[psycopg.Connection]:
-    """A REPEATABLE READ READ ONLY transaction on the idle ``conn`` (attributes restored after)."""
+    """A REPEATABLE READ READ ONLY transaction on the idle ``conn`` (attributes restored after);
+    with ``lock_timeout_ms``, its statements wait at most that long for a lock."""
     saved = (conn.isolation_level, conn.read_only)
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
@@ -229,6 +230,12 @@ def _repeatable_read(
                         "an exported snapshot lives only while the transaction or replication "
                         "connection that exported it stays open"
                     ) from e
+            if lock_timeout_ms is not None:
+                conn.execute(
+                    sql.SQL("SET LOCAL lock_timeout = {}").format(
+                        sql.Literal(f"{int(lock_timeout_ms)}ms")
+                    )
+                )
             yield conn
     finally:
         if conn.info.transaction_status == TransactionStatus.IDLE:
@@ -243,17 +250,20 @@ def read_table(
     snapshot_name: str | None = None,
     batch_rows: int = 50_000,
     progress: Progress | None = None,
+    lock_timeout_ms: int | None = None,
 ) -> Iterator[DiffBatch]:
     """Yield ``table``'s rows (``columns``, filtered by ``where_sql``) as insert-only batches.
 
     ``progress(rows_copied, estimate)`` is called after every batch (and once with 0 for an
     empty result); ``estimate`` is ``pg_class.reltuples`` of the whole table, None when unknown.
-    See the module docstring for which transaction the rows are read in.
+    See the module docstring for which transaction the rows are read in. ``lock_timeout_ms``
+    (a conninfo's own transaction only): give up (``LockNotAvailable``) rather than wait longer
+    for the table's lock, e.g. behind a queued ALTER TABLE.
     """
     if isinstance(conn_or_conninfo, str):
         conn = psycopg.connect(conn_or_conninfo, autocommit=True)
         try:
-            with _repeatable_read(conn, snapshot_name):
+            with _repeatable_read(conn, snapshot_name, lock_timeout_ms):
                 yield from _copy_rows(conn, table, columns, where_sql, batch_rows, progress)
         finally:
             conn.close()
@@ -289,6 +299,18 @@ class SnapshotReader:
         """As ``read_table``, in this reader's transaction. Consume each iterator fully (or
         close it) before starting the next one: the connection runs one COPY at a time."""
         return _copy_rows(self.conn, table, columns, where_sql, batch_rows, progress)
+
+    def lock_tables(self, tables: list[SourceTable]) -> None:
+        """Take ACCESS SHARE locks on ``tables`` (and their partitions or children) in this
+        reader's transaction, as its COPYs would: held until the reader closes, so that a
+        session holding a conflicting lock is waited for (and reported) here, once, rather
+        than by each parallel reader."""
+        if tables:
+            self.conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables)
+                )
+            )
 
     def export_snapshot(self) -> str:
         """``pg_export_snapshot()``: other connections can read this same snapshot with

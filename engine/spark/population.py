@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import loads
 from engine.postgres.snapshot import SnapshotReader
+from engine.postgres.waiting import WaitedTooLong
 from engine.spark.snapshot_source import NAME, TableSlice, encode_plan
 from engine.sql.catalog import SourceTable
 
@@ -55,9 +56,12 @@ def read_sources(
     dsn: str,
     reader: SnapshotReader,
     tables: list[tuple[SourceTable, tuple[str, ...], str | None]],
+    wait_timeout_s: float = 60.0,
 ) -> Iterator[tuple[str, DiffBatch]]:
     """(table, insert-only batch) for every row of ``tables`` in ``reader``'s snapshot, read by
-    Spark tasks in parallel; partitions stream to the driver one at a time."""
+    Spark tasks in parallel; partitions stream to the driver one at a time. A task that waits
+    longer than ``wait_timeout_s`` for a table's lock fails the read with ``WaitedTooLong``
+    naming the sessions that hold or queue for locks on the tables."""
     slices = plan_slices(reader, tables, spark.sparkContext.defaultParallelism)
     if not slices:
         return
@@ -66,8 +70,39 @@ def read_sources(
         .option("dsn", dsn)
         .option("snapshot", reader.export_snapshot())
         .option("plan", encode_plan(slices))
+        .option("lock_timeout_ms", str(int(wait_timeout_s * 1000)))
         .load()
     )
-    for row in df.toLocalIterator(prefetchPartitions=True):
-        rows = loads(row["payload"])  # a NaN comes back as the shared NaN object
-        yield row["table"], DiffBatch(rows, [1] * len(rows))
+    try:
+        for row in df.toLocalIterator(prefetchPartitions=True):
+            rows = loads(row["payload"])  # a NaN comes back as the shared NaN object
+            yield row["table"], DiffBatch(rows, [1] * len(rows))
+    except Exception as e:
+        if "lock timeout" not in str(e):
+            raise
+        others = lock_holders(reader.conn, [t for t, _, _ in tables])
+        raise WaitedTooLong(
+            f"a Spark task reading the sources gave up after waiting {wait_timeout_s:g} s for a "
+            f"table lock{': ' + '; '.join(others) if others else ''}; end that transaction "
+            "and try again, or give incview a longer wait_timeout_s"
+        ) from None
+
+
+def lock_holders(conn, tables: list[SourceTable]) -> list[str]:
+    """Sessions other than ``conn``'s holding or awaiting a lock stronger than ACCESS SHARE on
+    ``tables``: who a population read may queue behind."""
+    rows = conn.execute(
+        "SELECT l.pid, l.mode, l.granted, a.state, left(a.query, 80) "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN unnest(%s::text[], %s::text[]) AS t(nsp, rel) "
+        "ON t.nsp = n.nspname AND t.rel = c.relname "
+        "WHERE l.locktype = 'relation' AND l.mode <> 'AccessShareLock' "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.pid <> pg_backend_pid() ORDER BY l.pid",
+        ([t.schema for t in tables], [t.name for t in tables]),
+    ).fetchall()
+    return [
+        f"backend pid {pid} {'holds' if granted else 'waits for'} {mode} ({state}: {query!r})"
+        for pid, mode, granted, state, query in rows
+    ]

@@ -5,7 +5,9 @@ The driver holds a REPEATABLE READ transaction open and exports its snapshot
 (``pg_export_snapshot()``); each Spark task opens its own connection, imports that snapshot
 (``SET TRANSACTION SNAPSHOT``) and COPYs one block range of one table
 (``ctid >= '(a,0)' AND ctid < '(b,0)'``, a TID range scan), so the tasks together read exactly
-the snapshot's rows, each once. Rows: ``table`` (string) and ``payload`` (binary: a pickled list
+the snapshot's rows, each once. A task waits at most ``lock_timeout_ms`` for a table's lock
+(the driver holds ACCESS SHARE already, but a task can queue behind an ALTER TABLE that waits
+for the driver: without a timeout that would never end). Rows: ``table`` (string) and ``payload`` (binary: a pickled list
 of row tuples, up to ``CHUNK_ROWS`` per row), values as the CDC decoder produces them. This
 module must not write anything or keep state.
 """
@@ -55,6 +57,8 @@ class SnapshotReader(DataSourceReader):
         self.dsn = options["dsn"]
         self.snapshot_name = options["snapshot"]
         self.slices: list[TableSlice] = pickle.loads(base64.b64decode(options["plan"]))
+        timeout = options.get("lock_timeout_ms")
+        self.lock_timeout_ms = int(timeout) if timeout else None
 
     def partitions(self) -> list[InputPartition]:
         return list(self.slices)
@@ -68,6 +72,7 @@ class SnapshotReader(DataSourceReader):
             partition.where_sql(),
             snapshot_name=self.snapshot_name,
             batch_rows=CHUNK_ROWS,
+            lock_timeout_ms=self.lock_timeout_ms,
         ):
             yield name, pickle.dumps(batch.rows, protocol=pickle.HIGHEST_PROTOCOL)
 

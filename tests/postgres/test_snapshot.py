@@ -271,3 +271,26 @@ def test_abandoning_a_read_leaves_the_connection_usable(pg_dsn, pg_conn):
         assert len(next(it)) == 10
         it.close()
         assert len(all_rows(snap.read_table(table, ["id"], "id <= 20"))) == 20
+
+
+def test_a_read_gives_up_waiting_for_a_lock_and_the_reader_locks_its_tables(pg_dsn, pg_conn):
+    """``lock_timeout_ms`` ends a read queued behind a conflicting lock (a Spark task's safety
+    net); ``SnapshotReader.lock_tables`` takes the ACCESS SHARE locks its COPYs would."""
+    import time as clock
+
+    table = items(pg_conn, 3)
+    with psycopg.connect(pg_dsn) as locker:
+        locker.execute("LOCK TABLE public.items IN ACCESS EXCLUSIVE MODE")
+        start = clock.monotonic()
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            list(read_table(pg_dsn, table, ["id"], None, None, lock_timeout_ms=300))
+        assert clock.monotonic() - start < 10
+        locker.rollback()
+    with snapshot_reader(pg_dsn) as snap:
+        snap.lock_tables([table])
+        held = pg_conn.execute(
+            "SELECT mode FROM pg_locks WHERE pid = %s AND relation = 'public.items'::regclass",
+            (snap.conn.info.backend_pid,),
+        ).fetchall()
+        assert held == [("AccessShareLock",)]
+        assert sorted(all_rows(snap.read_table(table, ["id"]))) == [(1,), (2,), (3,)]

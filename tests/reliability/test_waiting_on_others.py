@@ -117,3 +117,60 @@ def test_a_population_blocked_by_a_table_lock_gives_up(pg_conn, pg_dsn, state_di
             0,
             0,
         )
+
+
+@pytest.mark.slow
+def test_a_spark_population_blocked_by_a_table_lock_gives_up(spark, pg_conn, pg_dsn, state_dir):
+    """The same on the Spark runner: the driver locks the sources before its tasks read, so
+    the wait is reported and ends there; nothing of the view is left, and it works after."""
+    _setup(pg_conn)
+    big = "SELECT id, amount FROM orders WHERE amount > 10"
+    with Engine(pg_dsn, state_dir, runner="spark", wait_timeout_s=2) as engine:
+        engine.create_view("totals", SQL)
+        locker = psycopg.connect(pg_dsn)
+        locker.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        try:
+            with pytest.raises(WaitedTooLong) as e:
+                engine.create_view("big", big)
+            assert "populating view big gave up after waiting 2 s" in str(e.value)
+            assert f"backend pid {locker.info.backend_pid}" in str(e.value)
+        finally:
+            locker.rollback()
+            locker.close()
+        assert [s.name for s in engine.list_views()] == ["totals"]
+        assert pg_conn.execute("SELECT to_regclass('public.big')").fetchone()[0] is None
+        engine.create_view("big", big)
+        pg_conn.execute("INSERT INTO orders VALUES (100, 9, 11)")
+        engine.catch_up()
+        assert diff_rows(pg_conn, "big", big) == (0, 0)
+
+
+@pytest.mark.slow
+def test_spark_tasks_give_up_waiting_for_a_lock(spark, pg_conn, pg_dsn, monkeypatch):
+    """A Spark task queued behind a conflicting lock (e.g. an ALTER TABLE waiting for the
+    driver) ends after the wait timeout; the error names the session holding the lock. (The
+    driver's table size lookup is skipped: it would wait for the lock itself; in an Engine the
+    driver holds the table's lock before it plans the slices.)"""
+    from engine.postgres.snapshot import snapshot_reader
+    from engine.spark import population
+    from engine.spark.population import read_sources
+    from engine.sql.catalog import DictCatalog
+
+    monkeypatch.setattr(population, "table_blocks", lambda reader, table: 0)
+    _setup(pg_conn)
+    orders = DictCatalog({"orders": {"id": "int", "customer": "int"}}).lookup(None, "orders")
+    with snapshot_reader(pg_dsn) as reader:
+        locker = psycopg.connect(pg_dsn)
+        locker.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        try:
+            with pytest.raises(WaitedTooLong) as e:
+                list(read_sources(spark, pg_dsn, reader, [(orders, ("id",), None)], 1.0))
+            assert "a Spark task reading the sources gave up after waiting 1 s" in str(e.value)
+            assert f"backend pid {locker.info.backend_pid} holds AccessExclusiveLock" in str(
+                e.value
+            )
+        finally:
+            locker.rollback()
+            locker.close()
+        batches = list(read_sources(spark, pg_dsn, reader, [(orders, ("id",), None)], 1.0))
+        assert sorted(r for _, b in batches for r in b.rows) == [(i,) for i in range(1, 51)]
