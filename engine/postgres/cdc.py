@@ -630,7 +630,10 @@ class CdcReader:
         contents of one micro-batch with LSN offsets. Deterministic as long as the slot has not
         been advanced past ``start`` (it never is before the batch is committed)."""
         self.last_lsn = start
-        txs, _ = self._assemble(self.peek(None, upto_lsn=end))
+        if self.max_buffered_changes > 0:  # streamed, huge transactions partly on disk
+            txs, _, _ = self._peek_bounded(None, upto_lsn=end)
+        else:
+            txs, _ = self._assemble(self.peek(None, upto_lsn=end))
         return [tx for tx in txs if start < tx.end_lsn <= end]
 
     def rewind(self, lsn: int) -> None:
@@ -664,7 +667,9 @@ class CdcReader:
             # The limit was spent on already-returned transactions (or an incomplete tail).
             limit = max(limit * 2, skipped_messages + max_changes)
 
-    def _peek_bounded(self, limit: int) -> tuple[list[Transaction], int, int]:
+    def _peek_bounded(
+        self, limit: int | None, upto_lsn: int | None = None
+    ) -> tuple[list[Transaction], int, int]:
         """``peek`` + ``_assemble`` in bounded memory: the messages stream from a server-side
         cursor (fetched ``_FETCH`` at a time, never all in a list) and each transaction's diffs
         past ``max_buffered_changes`` go to disk. Returns (transactions, skipped messages,
@@ -674,9 +679,14 @@ class CdcReader:
             cur.itersize = _FETCH
             try:
                 cur.execute(
-                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
                     "'proto_version', '1', 'publication_names', %s)",
-                    (self.slot, limit, quote_ident(self.publication)),
+                    (
+                        self.slot,
+                        format_lsn(upto_lsn) if upto_lsn is not None else None,
+                        limit,
+                        quote_ident(self.publication),
+                    ),
                 )
                 txs, skipped = self._assemble(counted.over(cur), self.max_buffered_changes)
             except psycopg.errors.UndefinedObject as e:

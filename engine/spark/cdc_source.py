@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import canonical_row, may_hold_nan
 from engine.postgres.cdc import CdcReader, Transaction
+from engine.postgres.tx_spill import SpilledChanges
 
 NAME = "incview_cdc"
 SCHEMA = "end_lsn long, seq int, payload binary"
@@ -37,8 +38,8 @@ CHUNK_ROWS = 20_000
 DEFAULT_MAX_ROWS = 200_000
 
 
-# per Python worker process: one open CdcReader per (dsn, slot, publication)
-_READERS: dict[tuple[str, str, str], CdcReader] = {}
+# per Python worker process: one open CdcReader per (dsn, slot, publication, bound)
+_READERS: dict[tuple[str, str, str, int], CdcReader] = {}
 
 
 class LsnRange(InputPartition):
@@ -47,40 +48,36 @@ class LsnRange(InputPartition):
         self.end = end
 
 
-def _restricted(tx: Transaction, tables: set[str] | None) -> Transaction:
-    """``tx`` with only the changes (and TRUNCATEs) of ``tables``."""
-    if tables is None:
-        return tx
-    out = Transaction(
-        tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts, truncated=tx.truncated & tables
-    )
-    for t, batch in tx.changes.items():
-        if t in tables:
-            out.changes[t] = batch
-            out.relations[t] = tx.relations[t]
-    for t in out.truncated:
-        out.relations[t] = tx.relations[t]
-    return out
-
-
-def _parts(tx: Transaction) -> Iterator[Transaction]:
-    """``tx`` cut into pieces of at most ``CHUNK_ROWS`` changes (the first carries TRUNCATEs)."""
-    if tx.change_count <= CHUNK_ROWS:
+def _parts(tx: Transaction, tables: set[str] | None) -> Iterator[Transaction]:
+    """``tx`` restricted to ``tables`` (None: all) and cut into pieces of at most
+    ``CHUNK_ROWS`` changes (the first carries TRUNCATEs). A huge transaction's chunks on disk
+    (``Transaction.spilled``, the source's ``max_buffered_changes``) are read one at a time."""
+    truncated = tx.truncated if tables is None else tx.truncated & tables
+    whole = tables is None or (tables.issuperset(tx.changes) and truncated == tx.truncated)
+    if whole and tx.spilled is None and tx.change_count <= CHUNK_ROWS:
         yield tx
         return
-    first = True
-    for table, batch in tx.changes.items():
+    first = Transaction(tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts, truncated=set(truncated))
+    first.relations.update({t: tx.relations[t] for t in truncated})
+    part, size = first, 0
+    for table, batch in tx.iter_changes():
+        if tables is not None and table not in tables:
+            continue
         for i in range(0, len(batch), CHUNK_ROWS):
-            part = Transaction(tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts)
-            if first:
-                part.truncated = set(tx.truncated)
-                part.relations.update({t: tx.relations[t] for t in tx.truncated})
-                first = False
-            part.changes[table] = DiffBatch(
-                batch.rows[i : i + CHUNK_ROWS], batch.weights[i : i + CHUNK_ROWS]
-            )
+            rows, weights = batch.rows[i : i + CHUNK_ROWS], batch.weights[i : i + CHUNK_ROWS]
+            if size and size + len(rows) > CHUNK_ROWS:
+                yield part
+                part, size = Transaction(tx.xid, tx.commit_lsn, tx.end_lsn, tx.commit_ts), 0
+            have = part.changes.get(table)
+            if have is None:
+                part.changes[table] = DiffBatch(list(rows), list(weights))
+            else:
+                have.rows.extend(rows)
+                have.weights.extend(weights)
             part.relations[table] = tx.relations[table]
-            yield part
+            size += len(rows)
+    if size or part is first:
+        yield part
 
 
 def transaction_rows(
@@ -97,7 +94,7 @@ def transaction_rows(
         return group[0].end_lsn, seq, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
 
     for tx in txs:
-        for part in _parts(_restricted(tx, tables)):
+        for part in _parts(tx, tables):
             n = part.change_count
             if group and size + n > CHUNK_ROWS:
                 yield flush()
@@ -109,10 +106,21 @@ def transaction_rows(
         yield flush()
 
 
-def transactions_from_rows(rows: Iterable[tuple[int, int, bytes]]) -> list[Transaction]:
-    """Reassemble ``transaction_rows`` output (in any order) into transactions, oldest first."""
+def transactions_from_rows(
+    rows: Iterable[tuple[int, int, bytes]],
+    max_buffered_changes: int = 0,
+    presorted: bool = False,
+) -> list[Transaction]:
+    """Reassemble ``transaction_rows`` output into transactions, oldest first. ``rows`` are
+    sorted by (end_lsn, seq) first, unless ``presorted`` says they come in that order (one
+    micro-batch partition, streamed: then they are read one at a time). With
+    ``max_buffered_changes``, a transaction's diffs beyond that many go to disk as they arrive
+    (``Transaction.spilled``, read back chunk by chunk by the apply), so a huge transaction
+    never sits whole in the driver's memory."""
+    if not presorted:
+        rows = sorted(rows, key=lambda r: (r[0], r[1]))
     txs: dict[int, Transaction] = {}
-    for _end, _seq, payload in sorted(rows, key=lambda r: (r[0], r[1])):
+    for _end, _seq, payload in rows:
         parts = pickle.loads(payload)
         if may_hold_nan(payload):  # unpickled NaNs are new objects: back to the shared one
             for part in parts:
@@ -123,6 +131,13 @@ def transactions_from_rows(rows: Iterable[tuple[int, int, bytes]]) -> list[Trans
             if tx is None:
                 txs[part.end_lsn] = part
                 continue
+            tx.relations.update(part.relations)
+            bound = max_buffered_changes
+            if bound > 0 and (
+                tx.spilled is not None or tx.change_count + part.change_count > bound
+            ):
+                _spill(tx, part)
+                continue
             for table, batch in part.changes.items():
                 have = tx.changes.get(table)
                 if have is None:
@@ -130,8 +145,18 @@ def transactions_from_rows(rows: Iterable[tuple[int, int, bytes]]) -> list[Trans
                 else:
                     have.rows.extend(batch.rows)
                     have.weights.extend(batch.weights)
-                tx.relations[table] = part.relations[table]
     return list(txs.values())
+
+
+def _spill(tx: Transaction, part: Transaction) -> None:
+    """Move what ``tx`` holds in memory, and ``part``, to ``tx``'s chunks on disk."""
+    if tx.spilled is None:
+        tx.spilled = SpilledChanges()
+    for held in (tx.changes, part.changes):
+        for table, batch in held.items():
+            columns = tuple(tx.relations[table].column_names)
+            tx.spilled.append(table, columns, batch.rows, batch.weights)
+    tx.changes = {}
 
 
 class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -141,6 +166,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.publication = options["publication"]
         self.start_lsn = int(options.get("start_lsn", "0"))
         self.max_rows = int(options.get("max_rows", DEFAULT_MAX_ROWS))
+        # a huge transaction's diffs past this many go to the task's disk (0: no bound)
+        self.max_buffered_changes = int(options.get("max_buffered_changes", "0"))
         tables = options.get("tables")
         self.tables = set(tables.split(",")) if tables else None
         self._reader: CdcReader | None = None
@@ -190,8 +217,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [LsnRange(a, b)] if b > a else []
 
     def read(self, partition: LsnRange) -> Iterator[tuple[int, int, bytes]]:
-        key = (self.dsn, self.slot, self.publication)
-        reader = _READERS.pop(key, None) or CdcReader(*key)
+        key = (self.dsn, self.slot, self.publication, self.max_buffered_changes)
+        reader = _READERS.pop(key, None) or CdcReader(
+            self.dsn, self.slot, self.publication, max_buffered_changes=self.max_buffered_changes
+        )
         try:
             txs = reader.read_range(partition.start, partition.end)
         except BaseException:

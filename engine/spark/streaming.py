@@ -1,8 +1,9 @@
 """A view's running phase as a Spark Structured Streaming query.
 
 ``readStream.format("incview_cdc")`` (LSN offsets, whole transactions, see
-``engine.spark.cdc_source``) -> ``foreachBatch``: the batch comes to the driver as Arrow
-(``toArrow()``), is reassembled into transactions and handed to the engine's ``apply`` callback,
+``engine.spark.cdc_source``) -> ``foreachBatch``: the batch comes to the driver (streamed with
+``toLocalIterator()``, or as Arrow with ``toArrow()`` when ``max_buffered_changes`` is 0), is
+reassembled into transactions (a huge one partly on disk) and handed to the engine's ``apply`` callback,
 which feeds the view's dataflow, writes the net diff and the LSN through the consolidating sink in
 one Postgres transaction and commits the view's state. Spark checkpoints the offsets under the
 view's directory; a batch replayed after a crash has the same offsets and rows, and the
@@ -56,6 +57,7 @@ class StreamingView:
         checkpoint: Path,
         trigger_ms: int = 50,
         max_rows: int | None = None,
+        max_buffered_changes: int = 0,
     ) -> None:
         self.spark = spark
         self.name = name
@@ -69,6 +71,11 @@ class StreamingView:
         }
         if max_rows is not None:
             self.options["max_rows"] = str(max_rows)
+        # a huge transaction: spilled past this many diffs by the task and by the driver
+        self.max_buffered_changes = max_buffered_changes
+        self.spilled_transactions = 0  # transactions the driver received partly on disk
+        if max_buffered_changes > 0:
+            self.options["max_buffered_changes"] = str(max_buffered_changes)
         self.checkpoint = checkpoint
         self.trigger_ms = trigger_ms
         self.metrics: deque[BatchMetrics] = deque(maxlen=10_000)
@@ -96,16 +103,23 @@ class StreamingView:
     def _batch(self, df, batch_id: int) -> None:
         with self._busy:
             start = time.perf_counter()
-            table = df.toArrow()
-            rows = zip(
-                table.column("end_lsn").to_pylist(),
-                table.column("seq").to_pylist(),
-                table.column("payload").to_pylist(),
-                strict=True,
-            )
-            txs = transactions_from_rows(rows)
+            if self.max_buffered_changes > 0:
+                # streamed row by row (one partition, in (end_lsn, seq) order): a huge
+                # transaction goes to disk past the bound instead of into memory whole
+                rows = ((r.end_lsn, r.seq, bytes(r.payload)) for r in df.toLocalIterator())
+                txs = transactions_from_rows(rows, self.max_buffered_changes, presorted=True)
+            else:
+                table = df.toArrow()
+                rows = zip(
+                    table.column("end_lsn").to_pylist(),
+                    table.column("seq").to_pylist(),
+                    table.column("payload").to_pylist(),
+                    strict=True,
+                )
+                txs = transactions_from_rows(rows)
             if not txs:
                 return
+            self.spilled_transactions += sum(tx.spilled is not None for tx in txs)
             try:
                 self._apply(txs)
             except BaseException as e:

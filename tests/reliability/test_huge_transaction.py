@@ -211,3 +211,31 @@ def test_a_huge_transaction_of_partitions_reaches_the_parents_views(pg_conn, pg_
             "by_k": (0, 0),
             "low": (0, 0),
         }
+
+
+@pytest.mark.slow
+def test_huge_transactions_on_the_spark_runner(spark, pg_dsn, tmp_path):
+    """The same bound on the Spark runner: the CDC source's task spills the transaction as it
+    decodes it and ships it in chunks, the driver puts it on disk past the bound as the
+    micro-batch streams in (``toLocalIterator``), the views take it chunk by chunk as one time
+    and the sink spills its output."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")
+        conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
+        _insert(conn, 1, 100)
+        with Engine(pg_dsn, tmp_path / "state", runner="spark", max_buffered_changes=BOUND) as eng:
+            for name, sql in VIEWS.items():
+                eng.create_view(name, sql)
+            _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
+            eng.catch_up(timeout_s=300)
+            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+            spills = eng.spill_counts()
+            assert spills["cdc_transactions"] == len(VIEWS)  # one per view's stream
+            assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
+            with conn.transaction():
+                conn.execute("DELETE FROM big WHERE id % 2 = 0")
+                conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
+            eng.catch_up(timeout_s=300)
+            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+            assert eng.spill_counts()["cdc_transactions"] == 2 * len(VIEWS)
+            assert {s.phase for s in eng.list_views()} == {"running"}

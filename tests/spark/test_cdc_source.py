@@ -184,3 +184,43 @@ def test_shipped_rows_keep_the_shared_nan(pg_dsn, pg_conn):
     inserted = back[0].changes["public.fl"].rows
     assert inserted[0][1] is NAN and inserted[0][2] is NUMERIC_NAN and inserted[1][1] == 1.5
     assert not back[1].changes["public.fl"].consolidate()  # -old +new of an unchanged NaN row
+
+
+def test_a_huge_transaction_stays_on_disk_in_the_task_and_in_the_driver(pg_dsn, pg_conn, cdc):
+    """With ``max_buffered_changes`` the task's reader spills the transaction as it decodes it,
+    ships it in chunks, and the driver's reassembly puts it on disk past the bound: the diffs
+    read back chunk by chunk are the same as the unbounded read's."""
+    with pg_conn.transaction():
+        pg_conn.execute("INSERT INTO a SELECT i, 'v' || i FROM generate_series(1, 30000) i")
+        pg_conn.execute("INSERT INTO b SELECT i, 'w' FROM generate_series(1, 500) i")
+        pg_conn.execute("DELETE FROM a WHERE id % 3 = 0")
+        pg_conn.execute("UPDATE b SET v = 'z' WHERE id < 100")
+    write_txs(pg_conn, 3, 2, first=10**6)
+    cdc.flush_wal()
+
+    def counts(txs):
+        out = []
+        for tx in txs:
+            merged: dict[str, dict] = {}
+            for table, batch in tx.iter_changes():
+                into = merged.setdefault(table, {})
+                for row, w in batch.counts().items():
+                    into[row] = into.get(row, 0) + w
+            out.append(
+                (tx.end_lsn, {t: {r: w for r, w in c.items() if w} for t, c in merged.items()})
+            )
+        return out
+
+    plain = stream_reader(pg_dsn)
+    start = plain.initialOffset()
+    end = plain.latestOffset(start, ReadAllAvailable())
+    expected = read_batch(plain, start, end)
+    bounded = stream_reader(pg_dsn, max_buffered_changes=4000)
+    rows = [r for p in bounded.partitions(start, end) for r in bounded.read(p)]
+    assert max(len(r[2]) for r in rows) < 2_000_000  # chunks, not the transaction in one row
+    back = transactions_from_rows(iter(rows), 4000, presorted=True)
+    assert back[0].spilled is not None and back[0].spilled.chunks > 1
+    assert sum(len(b) for b in back[0].changes.values()) <= 4000
+    assert all(tx.spilled is None for tx in back[1:])
+    assert counts(back) == counts(expected)
+    assert len(expected) == 4 and expected[0].change_count == 30500 + 10000 + 2 * 99
