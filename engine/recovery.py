@@ -152,6 +152,12 @@ class RecoveryMixin:
             try:
                 if repair is not None and not repair.repopulate and not marker.exists():
                     view.reopen_state()  # after a full disk: the committed state, retried
+                elif repair is not None and repair.failures == 0:  # requested, not a failure
+                    log.info("view %s goes back to population: %s", name, error)
+                    self._send_back(view, view.state_time, None)  # as after a local TRUNCATE
+                    self.repairs.forget(name)
+                    done.append(name)
+                    continue
                 else:
                     message = f"re-populated after an internal error: {error}"
                     self._send_back(view, view.state_time, message)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
-from engine.postgres.cdc import Transaction
+from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
 
@@ -50,12 +50,19 @@ class SparkRunnerMixin:
             start_lsn=view.state_time,
             checkpoint=view.checkpoint,
             trigger_ms=self.trigger_ms,
+            max_buffered_changes=self.max_buffered_changes,
         )
 
     def _apply_stream_batch(self, view: ViewRuntime, txs: list[Transaction]) -> None:
         """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""
         if view.name in self.broken or self.repairs.is_pending(view.name):
             return  # the run loop stops its query (and re-populates the view when due)
+        truncate = self._truncate_in(view, txs)
+        if truncate is not None:
+            # back to population, but not on this thread: it needs the engine's shared
+            # connections, which the run loop's thread and other streams use meanwhile
+            self.repairs.requested(view.name, truncate)
+            return
         try:
             self._apply_view(view, txs, txs[-1].end_lsn)
         except SourceChanged as e:
@@ -74,6 +81,20 @@ class SparkRunnerMixin:
             # advancing decodes the WAL from the slot's restart point: not after every batch
             self._next_advance = time.monotonic() + ADVANCE_EVERY_S
             self._slot_keeper.request()
+
+    @staticmethod
+    def _truncate_in(view: ViewRuntime, txs: list[Transaction]) -> str | None:
+        """Why ``view`` must be re-populated before applying ``txs``: a transaction it has not
+        applied (and its snapshot does not hold) TRUNCATEs one of its inputs; else None."""
+        for tx in txs:
+            if tx.end_lsn <= view.state_time:
+                continue
+            if view.snapshot is not None and visible_in_snapshot(tx.xid, view.snapshot):
+                continue
+            hit = tx.truncated.intersection(view.inputs)
+            if hit:
+                return f"a TRUNCATE of {', '.join(sorted(hit))} at LSN {tx.end_lsn:X}"
+        return None
 
     def _stream_failed(self, view: ViewRuntime, why: str) -> None:
         """``view``'s streaming query failed (not for an outage): an internal error."""

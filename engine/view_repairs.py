@@ -9,7 +9,9 @@ hot on a view that fails the same way every time. A view that then applies chang
 ``forgive_after_s`` without failing starts from a clean record again. A full state directory is
 retried the same way (its state reopened, not re-populated), and never given up on.
 
-This module only keeps the books: the ``Engine`` (``engine.recovery``) re-populates.
+A re-population may also be ``requested`` without a failure (a TRUNCATE seen on a Spark
+thread): due at once, not counted. This module only keeps the books: the ``Engine``
+(``engine.recovery``) re-populates.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ class ViewRepairs:
         if repopulate and failures >= self.max_attempts:
             delay = math.inf  # given up: only ``forget`` (repopulate, a restart) tries again
         repair = Repair(failures, error, now + delay, now, repopulate)
+        self._repairs[name] = repair
+        return repair
+
+    def requested(self, name: str, why: str) -> Repair:
+        """``name`` must be re-populated for a reason that is not a failure (a TRUNCATE of its
+        input seen by a Spark micro-batch, re-populated by the run loop's thread): due now,
+        not counted."""
+        now = time.monotonic()
+        old = self._repairs.get(name)
+        repair = Repair(old.failures if old else 0, why, now, now)
         self._repairs[name] = repair
         return repair
 
