@@ -2,7 +2,10 @@
 
 Each trial gets a fresh database and state directory, starts ``python -m engine.cli`` doing one
 of the three (``create-view``, ``run`` under a concurrent writer, ``drop-view``), kills it with
-SIGKILL after a random delay, writes more, then opens an ``Engine`` and catches up. Afterwards:
+SIGKILL after a random delay, writes more, then opens an ``Engine`` and catches up. On the Spark
+runner the delay starts when Spark is at work (the process's JVM is up for a population; the
+view's streaming query has sent its first heartbeat for ``run``), and the recovering ``Engine``
+runs on the test session's SparkSession. Afterwards:
 every view of the catalog is ``running`` and equals its query (as multisets); a view being
 created or dropped is either all there or all gone; and nothing is orphaned: no result or
 staging table the catalog does not name, no state directory of a view it does not hold, a slot
@@ -11,10 +14,12 @@ and a publication exactly when some view exists, no temp table.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -71,7 +76,41 @@ def _writer(dsn, rng, next_id, stop):
             time.sleep(0.01)
 
 
-def _trial(pg_server, tmp_path, trial: int) -> dict[str, object]:
+def _has_java_child(pid: int) -> bool:
+    """Whether process ``pid`` started its JVM (PySpark's gateway) yet."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for child in children.read_text().split() if children.exists() else []:
+        with contextlib.suppress(OSError):
+            if b"java" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return True
+    return False
+
+
+def _kill_at_random(proc, conn, rng: random.Random, runner: str, moment: str, log) -> float:
+    """SIGKILL ``proc`` after a random delay; on Spark, counted from when Spark is at work."""
+    if runner == "spark" and moment != "drop":
+        deadline = time.monotonic() + 180
+        while not (
+            _has_java_child(proc.pid)
+            if moment == "populate"
+            else conn.execute(
+                "SELECT count(*) FROM incview.views WHERE runner_pid = %s", (proc.pid,)
+            ).fetchone()[0]
+        ):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"Spark did not start:\n{log.read_text()[-3000:]}"
+            time.sleep(0.1)
+        # a population: the session's start and the parallel read; run: micro-batches
+        delay = rng.uniform(1.0, 20.0) if moment == "populate" else rng.uniform(0.0, 4.0)
+    else:
+        delay = rng.uniform(0.3, 3.0)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return delay
+
+
+def _trial(pg_server, tmp_path, trial: int, runner: str = "local") -> dict[str, object]:
     rng = random.Random(trial)
     moment = MOMENTS[trial % 3]
     state = tmp_path / f"trial{trial}"
@@ -87,9 +126,10 @@ def _trial(pg_server, tmp_path, trial: int) -> dict[str, object]:
                 "CASE WHEN i % 3 = 0 THEN 'paid' ELSE 'open' END "
                 "FROM generate_series(1000, 60000) i"
             )
+            next_id[0] = 60_000  # the writer's ids come after these
             first = moment != "populate" or rng.random() < 0.5  # the slot exists already?
             if first:
-                with Engine(dsn, state, runner="local") as engine:
+                with Engine(dsn, state, runner=runner) as engine:
                     engine.create_view("named", VIEWS["named"])
                     if moment != "populate":
                         engine.create_view("statuses", VIEWS["statuses"])
@@ -98,33 +138,29 @@ def _trial(pg_server, tmp_path, trial: int) -> dict[str, object]:
                 target=_writer, args=(dsn, random.Random(trial + 1000), next_id, stop)
             )
             writer.start()
-            delay = rng.uniform(0.3, 3.0)
             try:
                 if moment == "run":
-                    with incview_run(dsn, state, log) as proc:
-                        time.sleep(delay)
-                        proc.send_signal(signal.SIGKILL)
-                        proc.wait()
+                    with incview_run(dsn, state, log, runner=runner) as proc:
+                        delay = _kill_at_random(proc, conn, rng, runner, moment, log)
                 else:
                     args = (
                         ("create-view", "statuses", VIEWS["statuses"])
                         if moment == "populate"
                         else ("drop-view", "statuses")
                     )
-                    proc = incview_cli(dsn, state, log, *args)
-                    time.sleep(delay)
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
+                    proc = incview_cli(dsn, state, log, *args, runner=runner)
+                    delay = _kill_at_random(proc, conn, rng, runner, moment, log)
             finally:
                 stop.set()
                 writer.join()
             for _ in range(5):
                 random_transaction(conn, rng, next_id)
-            with Engine(dsn, state, runner="local") as engine:
-                engine.catch_up(timeout_s=120)
+            with Engine(dsn, state, runner=runner) as engine:
+                engine.catch_up(timeout_s=180)
                 status = {s.name: s.phase for s in engine.list_views()}
             equal = {name: diff_rows(conn, name, VIEWS[name]) for name in status}
             return {
+                "runner": runner,
                 "moment": moment,
                 "delay": round(delay, 2),
                 "views": status,
@@ -136,10 +172,20 @@ def _trial(pg_server, tmp_path, trial: int) -> dict[str, object]:
         pg_server.drop_database(db)
 
 
-@pytest.mark.slow
-def test_sigkill_at_random_moments_leaves_views_equal_and_nothing_orphaned(pg_server, tmp_path):
-    outcomes = [_trial(pg_server, tmp_path, trial) for trial in range(TRIALS)]
+def _check(outcomes: list[dict[str, object]]) -> None:
     bad = [o for o in outcomes if o["unequal"] or o["not running"] or o["orphans"]]
     assert not bad, bad
     for o in outcomes:  # which kills left the view being created or dropped (all or nothing)
-        print(o["moment"], o["delay"], sorted(o["views"]))
+        print(o["runner"], o["moment"], o["delay"], sorted(o["views"]))
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_leaves_views_equal_and_nothing_orphaned(pg_server, tmp_path):
+    _check([_trial(pg_server, tmp_path, trial) for trial in range(TRIALS)])
+
+
+@pytest.mark.slow
+def test_sigkill_on_the_spark_runner(spark, pg_server, tmp_path):
+    """The same 21 trials with ``--runner spark``: killed while Spark populates (its session
+    starting or its tasks reading) and while the streaming queries run micro-batches."""
+    _check([_trial(pg_server, tmp_path, trial, "spark") for trial in range(TRIALS)])
