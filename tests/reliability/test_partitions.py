@@ -22,6 +22,7 @@ import pytest
 from engine import Engine, UnsupportedSQL, ViewError
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.reliability.incview_process import incview_run
+from tests.reliability.runners import RUNNERS, use_runner
 
 SCHEMA = """
 CREATE TABLE r (k int, v int, g text) PARTITION BY RANGE (k);
@@ -126,21 +127,12 @@ def _assert_equal(conn: psycopg.Connection, views: dict[str, str], when: str) ->
         assert diff_rows(conn, name, sql) == (0, 0), f"{name} {when}"
 
 
-RUNNERS = ["local", pytest.param("spark", marks=pytest.mark.slow)]
-
-
-def _runner(request, runner: str) -> str:
-    if runner == "spark":
-        request.getfixturevalue("spark")  # the test session's one SparkSession
-    return runner
-
-
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_views_over_partitions_and_children_equal_their_queries(pg_dsn, tmp_path, request, runner):
     rng = random.Random(9)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _setup(conn, rng)
-        with Engine(pg_dsn, tmp_path / "state", runner=_runner(request, runner)) as eng:
+        with Engine(pg_dsn, tmp_path / "state", runner=use_runner(request, runner)) as eng:
             for name, sql in VIEWS.items():
                 eng.create_view(name, sql)
             _assert_equal(conn, VIEWS, "after population")
@@ -180,7 +172,7 @@ def test_partitions_attached_detached_created_while_running(
         conn.execute("INSERT INTO r_old SELECT 400 + i, i, 'a' FROM generate_series(1, 20) i")
         conn.execute("CREATE TABLE p_old (k int, v int, g text, note text)")  # then inherits
         conn.execute("INSERT INTO p_old SELECT i, i, 'b', 'x' FROM generate_series(1, 15) i")
-        with Engine(pg_dsn, tmp_path / "state", runner=_runner(request, runner)) as eng:
+        with Engine(pg_dsn, tmp_path / "state", runner=use_runner(request, runner)) as eng:
             for name, sql in views.items():
                 eng.create_view(name, sql)
 

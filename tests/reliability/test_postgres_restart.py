@@ -218,3 +218,6 @@ def test_spark_runner_survives_postgres_restarts(spark, server, dsn, tmp_path):
             runner.join(120)
         assert not failure, failure
         assert {s.phase for s in eng.list_views()} == {"running"}
+        with psycopg.connect(dsn) as conn:  # a clean stop clears the job's pid
+            pids = conn.execute("SELECT count(runner_pid) FROM incview.views").fetchone()[0]
+        assert pids == 0

@@ -1,4 +1,4 @@
-"""Fault: the replication slot is dropped, or re-created behind the views' backs (runner local).
+"""Fault: the replication slot is dropped, or re-created behind the views' backs (both runners).
 
 Never a silent loss: the views whose changes the slot no longer holds are re-populated by
 themselves (``list_views`` says why), and afterwards equal their queries again. Covered: the
@@ -13,11 +13,13 @@ import signal
 import time
 
 import psycopg
+import pytest
 
 from engine import Engine
 from engine.engine import SLOT
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.reliability.incview_process import incview_run
+from tests.reliability.runners import RUNNERS, use_runner
 
 VIEWS = {
     "totals": "SELECT customer, count(*) AS n, sum(amount) AS s FROM orders GROUP BY customer",
@@ -63,11 +65,12 @@ def _reasons(eng):
     return {s.name: (s.phase, s.last_error or "") for s in eng.list_views()}
 
 
-def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path, request, runner):
     state = tmp_path / "state"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _setup(conn)
-        with Engine(pg_dsn, state, runner="local") as eng:
+        with Engine(pg_dsn, state, runner=use_runner(request, runner)) as eng:
             for name, sql in VIEWS.items():
                 eng.create_view(name, sql)
             _write(conn, 100)
@@ -87,7 +90,7 @@ def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path):
         # dropped while no engine runs: the engine starts and repairs
         _drop_slot(conn)
         _write(conn, 400)
-        with Engine(pg_dsn, state, runner="local") as eng:
+        with Engine(pg_dsn, state, runner=use_runner(request, runner)) as eng:
             eng.catch_up()
             assert _equal(conn) == {n: (0, 0) for n in VIEWS}
             for _, why in _reasons(eng).values():
@@ -98,7 +101,7 @@ def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path):
         _drop_slot(conn)
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
         _write(conn, 600)
-        with Engine(pg_dsn, state, runner="local") as eng:
+        with Engine(pg_dsn, state, runner=use_runner(request, runner)) as eng:
             eng.catch_up()
             assert _equal(conn) == {n: (0, 0) for n in VIEWS}
             for _, why in _reasons(eng).values():  # the re-created slot was noticed as such

@@ -1,4 +1,4 @@
-"""Fault: source schema changes under running views (runner local, a real Postgres).
+"""Fault: source schema changes under running views (both runners, a real Postgres).
 
 A change to a column or table a view does not read leaves it running and equal to its query; a
 dropped, renamed or retyped column it reads, or its dropped table, puts that view (only that
@@ -9,9 +9,11 @@ the engine is reopened; the broken view can still be dropped.
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.runners import RUNNERS, use_runner
 
 VIEWS = {
     "amounts": "SELECT customer, sum(amount) AS s FROM orders GROUP BY customer",
@@ -48,11 +50,12 @@ def _phases(eng: Engine) -> dict[str, tuple[str, str | None]]:
     return {s.name: (s.phase, s.last_error) for s in eng.list_views()}
 
 
-def test_schema_changes_break_only_the_views_that_read_them(pg_dsn, tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_schema_changes_break_only_the_views_that_read_them(pg_dsn, tmp_path, request, runner):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         _setup(conn)
         state = tmp_path / "state"
-        with Engine(pg_dsn, state, runner="local") as eng:
+        with Engine(pg_dsn, state, runner=use_runner(request, runner)) as eng:
             for name, sql in VIEWS.items():
                 eng.create_view(name, sql)
 
@@ -93,7 +96,7 @@ def test_schema_changes_break_only_the_views_that_read_them(pg_dsn, tmp_path):
 
         # reopened: the broken views stay broken, the others run
         _write(conn, 500)
-        with Engine(pg_dsn, state, runner="local") as eng:
+        with Engine(pg_dsn, state, runner=use_runner(request, runner)) as eng:
             eng.catch_up()
             phases = _phases(eng)
             assert phases["statuses"][0] == phases["amounts"][0] == "error"

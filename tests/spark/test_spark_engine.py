@@ -1,17 +1,13 @@
 """The Spark runtime end to end on a real local SparkSession, real Postgres and real rocksdict
 state: population as a Spark job, each view as a Structured Streaming query, a writer active
-while the queries run, SIGKILL of the streaming process and its restart. After every catch-up
+while the queries run (SIGKILL of the streaming process and its restart: the Spark kill matrix,
+``tests/reliability/test_kill_matrix.py``). After every catch-up
 each result table equals its query run by Postgres (multisets, EXCEPT ALL both ways)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -136,121 +132,3 @@ def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_p
                 on_spark.catch_up(120)
                 local.catch_up(60)
                 check(conn, {"totals_spark": sql, "totals_local": sql})
-
-
-def _run_process(dsn: str, state_dir: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "--dsn",
-            dsn,
-            "--state-dir",
-            str(state_dir),
-            "--runner",
-            "spark",
-            "run",
-            "--trigger-ms",
-            "50",
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            pytest.fail(
-                f"the streaming process exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
-            )
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-
-
-def _last_commit_end(dsn: str) -> int:
-    from engine.engine import PUBLICATION, SLOT
-    from engine.postgres.cdc import CdcReader
-
-    with CdcReader(dsn, SLOT, PUBLICATION) as reader:
-        reader.flush_wal()
-        ends, _ = reader.commit_ends(None)
-    return ends[-1][0]
-
-
-def _view_lsns(conn, column: str) -> list[int | None]:
-    from engine.postgres.view_catalog import lsn_to_int
-
-    rows = conn.execute(f"SELECT {column}::text FROM incview.views ORDER BY name").fetchall()
-    return [lsn_to_int(r[0]) for r in rows]
-
-
-def test_sigkill_of_the_streaming_process_loses_and_repeats_nothing(spark, pg_dsn, tmp_path):
-    state = tmp_path / "state"
-    log = tmp_path / "run.log"
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        work = Workload(conn, 13)
-        work.setup()
-        with Engine(pg_dsn, state, runner="spark") as eng:
-            for name, sql in STREAM_VIEWS.items():
-                eng.create_view(name, sql)
-        stop = threading.Event()
-
-        def writer() -> None:
-            with psycopg.connect(pg_dsn, autocommit=True) as wconn:
-                w = Workload(wconn, 14)
-                w.models = work.models
-                while not stop.is_set():
-                    w.transaction(4)
-                    time.sleep(0.005)
-
-        proc = _run_process(pg_dsn, state, log)
-        t = threading.Thread(target=writer)
-        t.start()
-        try:
-            start = _view_lsns(conn, "last_lsn")
-            _wait_for(
-                lambda: all(
-                    a is not None and (b is None or a > b)
-                    for a, b in zip(_view_lsns(conn, "last_lsn"), start, strict=True)
-                ),
-                180,
-                "every view to apply batches",
-                proc,
-                log,
-            )
-            moved = _view_lsns(conn, "last_lsn")
-            _wait_for(lambda: _view_lsns(conn, "last_lsn") != moved, 60, "more batches", proc, log)
-            os.killpg(proc.pid, signal.SIGKILL)  # mid-stream: the writer is still writing
-            proc.wait(30)
-            time.sleep(1)
-        finally:
-            stop.set()
-            t.join()
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        last = _last_commit_end(pg_dsn)
-        # restart: the checkpointed offsets, the state and the sink's LSN agree again
-        proc = _run_process(pg_dsn, state, log)
-        try:
-            _wait_for(
-                lambda: all(x is not None and x >= last for x in _view_lsns(conn, "state_lsn")),
-                180,
-                "the restarted process to apply every transaction",
-                proc,
-                log,
-            )
-            check(conn, STREAM_VIEWS)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(120) == 0, log.read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        pids = conn.execute("SELECT count(runner_pid) FROM incview.views").fetchone()[0]
-        assert pids == 0  # a clean stop clears the job's pid
