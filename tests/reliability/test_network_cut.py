@@ -1,4 +1,5 @@
-"""Fault: the network between ``incview run`` and Postgres is cut silently, then comes back.
+"""Fault: the network between ``incview run`` (both runners) and Postgres is cut silently, then
+comes back.
 
 A silent cut (packets dropped, no reset, no ICMP: a firewall, a link or a VM's address gone) is
 the outage a client notices last: a socket waiting for an answer waits forever unless TCP
@@ -37,7 +38,7 @@ from tests.reliability.test_postgres_restart import (
 
 pytestmark = pytest.mark.slow
 
-DETECT_S = 120  # keepalives end a dead connection in ~25-30 s; a hang never does
+DETECT_S = 150  # keepalives end a dead connection in ~25-30 s; a hang never does
 
 
 class NetworkLink:
@@ -114,7 +115,8 @@ def server(link: NetworkLink) -> Iterator[PostgresServer]:
     srv.stop()
 
 
-def test_incview_run_survives_a_silent_network_cut(link, server, tmp_path):
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_incview_run_survives_a_silent_network_cut(link, server, tmp_path, runner):
     name = server.create_database("cut")
     try:
         local_dsn = server.dsn_for(name)
@@ -127,10 +129,10 @@ def test_incview_run_survives_a_silent_network_cut(link, server, tmp_path):
                 eng.create_view(view, sql)
         next_id = [1000]
         log = tmp_path / "run.log"
-        with incview_run(remote_dsn, state, log, prefix=link.prefix) as proc:
+        with incview_run(remote_dsn, state, log, runner=runner, prefix=link.prefix) as proc:
             with connect_retrying(local_dsn) as conn:
                 write(conn, rng, next_id)
-            wait_equal(local_dsn)
+            wait_equal(local_dsn, timeout_s=180)
             for _ in range(2):
                 noticed_before = log.read_text().count("the database is unreachable")
                 link.cut()
