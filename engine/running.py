@@ -44,13 +44,7 @@ class RunningMixin:
         if not self.views:
             return
         given_up = {n for n in self.views if self.repairs.gave_up_on(n)}
-        if self.runner == "spark":
-            self.check_sources()
-            self.check_slot()
-            self.check_partitions()
-            self._catch_up_spark(deadline, timeout_s)
-        else:
-            self._catch_up_local_retrying(deadline, timeout_s)
+        self._catch_up_retrying(deadline, timeout_s)
         failed = sorted(n for n in self.views if self.repairs.gave_up_on(n) and n not in given_up)
         if failed:  # not brought up to date by this call: say so (list_views has the details)
             record = self.catalog.get(failed[0])
@@ -59,15 +53,22 @@ class RunningMixin:
                 f"{record.last_error if record else 'internal error'}"
             )
 
-    def _catch_up_local_retrying(self, deadline: float, timeout_s: float) -> None:
-        """``_catch_up_local``, waiting out an outage of the database within the deadline."""
+    def _catch_up_retrying(self, deadline: float, timeout_s: float) -> None:
+        """``_catch_up_local`` (or the Spark runner's checks and ``_catch_up_spark``), waiting
+        out an outage of the database within the deadline."""
         backoff = Backoff(cap=5.0)
         try:
             while True:
                 try:
                     if self.conn.closed or self.sink_conn.closed:
                         self._reopen()  # an earlier call lost the database
-                    self._catch_up_local(deadline, timeout_s)
+                    if self.runner == "spark":
+                        self.check_sources()
+                        self.check_slot()
+                        self.check_partitions()
+                        self._catch_up_spark(deadline, timeout_s)
+                    else:
+                        self._catch_up_local(deadline, timeout_s)
                     return
                 except Exception as e:
                     if not is_outage(e) and self.check_slot():

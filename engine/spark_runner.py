@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+import psycopg
+
 from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
@@ -120,6 +122,8 @@ class SparkRunnerMixin:
             while target is not None:
                 failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
                 for name, why in failed:
+                    if why and self._db_down():  # died of an outage: catch_up waits it out
+                        raise psycopg.OperationalError(f"view {name}'s streaming query: {why}")
                     if why:
                         self._stream_failed(self.views[name], why)
                 if self.repair_due():

@@ -23,6 +23,7 @@ import pytest
 from engine.engine import Engine
 from engine.postgres import embedded
 from engine.postgres.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from engine.postgres.keepalives import with_keepalives
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_a_running_server_is_reused_and_not_stopped_by_a_borrower(tmp_path, serv
     with Engine(dsn=None, state_dir=state, runner="local") as eng:
         assert not eng.embedded.started_here
         assert eng.embedded.pid == owner.pid and eng.embedded.port == owner.port
-        assert eng.dsn == owner.dsn
+        assert eng.dsn == with_keepalives(owner.dsn)  # the running server, keepalives added
     assert _running(state / "postgres"), "an Engine must not stop a server it did not start"
     assert owner.release()
     assert not _running(state / "postgres")

@@ -44,45 +44,52 @@ def _insert(conn: psycopg.Connection, start: int, end: int) -> None:
     )
 
 
+def _engine_with_views(conn: psycopg.Connection, dsn: str, tmp_path, runner: str) -> Engine:
+    """Table ``big`` (100 rows) and an Engine bound to ``BOUND`` diffs holding ``VIEWS``."""
+    conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")
+    conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
+    _insert(conn, 1, 100)
+    eng = Engine(dsn, tmp_path / "state", runner=runner, max_buffered_changes=BOUND)
+    for name, sql in VIEWS.items():
+        eng.create_view(name, sql)
+    return eng
+
+
 @pytest.mark.slow  # ~6 s
 def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")
-        conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
-        _insert(conn, 1, 100)
-        with Engine(pg_dsn, tmp_path / "state", runner="local", max_buffered_changes=BOUND) as eng:
-            for name, sql in VIEWS.items():
-                eng.create_view(name, sql)
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as conn,
+        _engine_with_views(conn, pg_dsn, tmp_path, "local") as eng,
+    ):
+        _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
+        eng.catch_up(timeout_s=300)
+        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+        spills = eng.spill_counts()
+        assert spills["cdc_transactions"] == 1
+        assert spills["cdc_chunks"] >= (ROWS - 100) // BOUND - 1
+        assert spills["sink_times"] == 1  # the projection's 50k output rows
+        assert spills["compactions"] >= 1  # the GROUP BY's buffered input
 
-            _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            spills = eng.spill_counts()
-            assert spills["cdc_transactions"] == 1
-            assert spills["cdc_chunks"] >= (ROWS - 100) // BOUND - 1
-            assert spills["sink_times"] == 1  # the projection's 50k output rows
-            assert spills["compactions"] >= 1  # the GROUP BY's buffered input
+        with conn.transaction():  # half deleted, and updates that cancel out partly
+            conn.execute("DELETE FROM big WHERE id % 2 = 0")
+            conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
+            conn.execute("UPDATE big SET amount = amount - 1 WHERE id % 9 = 0")
+        eng.catch_up(timeout_s=300)
+        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+        assert eng.spill_counts()["cdc_transactions"] == 2
+        assert eng.spill_counts()["sink_times"] == 2
 
-            with conn.transaction():  # half deleted, and updates that cancel out partly
-                conn.execute("DELETE FROM big WHERE id % 2 = 0")
-                conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
-                conn.execute("UPDATE big SET amount = amount - 1 WHERE id % 9 = 0")
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            assert eng.spill_counts()["cdc_transactions"] == 2
-            assert eng.spill_counts()["sink_times"] == 2
-
-            # the table's shape changes half-way through a huge transaction: rows spilled
-            # before the change are re-shaped to the final columns by name
-            with conn.transaction():
-                _insert(conn, ROWS + 1, ROWS + 10_000)
-                conn.execute("ALTER TABLE big ADD COLUMN extra int")
-                conn.execute("UPDATE big SET extra = 1, grp = grp + 1 WHERE id > %s", (ROWS,))
-                _insert(conn, ROWS + 10_001, ROWS + 20_000)
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            assert eng.spill_counts()["cdc_transactions"] == 3
-            assert {s.phase for s in eng.list_views()} == {"running"}
+        # the table's shape changes half-way through a huge transaction: rows spilled
+        # before the change are re-shaped to the final columns by name
+        with conn.transaction():
+            _insert(conn, ROWS + 1, ROWS + 10_000)
+            conn.execute("ALTER TABLE big ADD COLUMN extra int")
+            conn.execute("UPDATE big SET extra = 1, grp = grp + 1 WHERE id > %s", (ROWS,))
+            _insert(conn, ROWS + 10_001, ROWS + 20_000)
+        eng.catch_up(timeout_s=300)
+        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+        assert eng.spill_counts()["cdc_transactions"] == 3
+        assert {s.phase for s in eng.list_views()} == {"running"}
 
 
 def test_a_failure_in_the_middle_of_a_huge_transaction_leaves_nothing_half_applied(
@@ -219,23 +226,20 @@ def test_huge_transactions_on_the_spark_runner(spark, pg_dsn, tmp_path):
     decodes it and ships it in chunks, the driver puts it on disk past the bound as the
     micro-batch streams in (``toLocalIterator``), the views take it chunk by chunk as one time
     and the sink spills its output."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE big (id int, grp int, amount numeric(12,2), note text)")
-        conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
-        _insert(conn, 1, 100)
-        with Engine(pg_dsn, tmp_path / "state", runner="spark", max_buffered_changes=BOUND) as eng:
-            for name, sql in VIEWS.items():
-                eng.create_view(name, sql)
-            _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            spills = eng.spill_counts()
-            assert spills["cdc_transactions"] == len(VIEWS)  # one per view's stream
-            assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
-            with conn.transaction():
-                conn.execute("DELETE FROM big WHERE id % 2 = 0")
-                conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            assert eng.spill_counts()["cdc_transactions"] == 2 * len(VIEWS)
-            assert {s.phase for s in eng.list_views()} == {"running"}
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as conn,
+        _engine_with_views(conn, pg_dsn, tmp_path, "spark") as eng,
+    ):
+        _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
+        eng.catch_up(timeout_s=300)
+        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+        spills = eng.spill_counts()
+        assert spills["cdc_transactions"] == len(VIEWS)  # one per view's stream
+        assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
+        with conn.transaction():
+            conn.execute("DELETE FROM big WHERE id % 2 = 0")
+            conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
+        eng.catch_up(timeout_s=300)
+        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+        assert eng.spill_counts()["cdc_transactions"] == 2 * len(VIEWS)
+        assert {s.phase for s in eng.list_views()} == {"running"}

@@ -23,6 +23,7 @@ from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.postgres_server import PostgresServer
 from tests.reliability.incview_process import incview_run
+from tests.reliability.runners import RUNNERS, use_runner
 
 pytestmark = pytest.mark.slow
 
@@ -148,13 +149,15 @@ def test_incview_run_survives_postgres_restarts(server, dsn, tmp_path):
     assert "the database is unreachable" in (tmp_path / "run.log").read_text()
 
 
-def test_catch_up_recovers_after_a_restart(server, dsn, tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_catch_up_recovers_after_a_restart(server, dsn, tmp_path, request, runner):
     """catch_up() called while the server is down waits for it within its timeout and then
-    applies everything exactly once; so does a call after an immediate restart."""
+    applies everything exactly once; so does a call after an immediate restart (on Spark:
+    the streaming queries that died of it are restarted, not taken for internal errors)."""
     rng = random.Random(3)
     setup(dsn)
     next_id = [1000]
-    with Engine(dsn, tmp_path / "state", runner="local") as eng:
+    with Engine(dsn, tmp_path / "state", runner=use_runner(request, runner)) as eng:
         for view, sql in VIEWS.items():
             eng.create_view(view, sql)
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -20,6 +20,7 @@ from engine import Engine
 from engine.engine import PUBLICATION, SLOT
 from engine.postgres.waiting import WaitedTooLong
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.runners import RUNNERS, use_runner
 
 SQL = "SELECT customer, count(*) AS n FROM orders GROUP BY customer"
 
@@ -90,50 +91,25 @@ def test_a_blocker_that_ends_in_time_only_delays(pg_conn, pg_dsn, state_dir):
         idle.close()
 
 
-def test_a_population_blocked_by_a_table_lock_gives_up(pg_conn, pg_dsn, state_dir):
-    """A second view on a published table: its population's COPY waits for a session holding
-    an ACCESS EXCLUSIVE lock on the table; it gives up (lock timeout) naming that session."""
-    _setup(pg_conn)
-    with Engine(pg_dsn, state_dir, runner="local", wait_timeout_s=2) as engine:
-        engine.create_view("totals", SQL)
-        locker = psycopg.connect(pg_dsn)
-        locker.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
-        try:
-            with pytest.raises(WaitedTooLong) as e:
-                engine.create_view("big", "SELECT id, amount FROM orders WHERE amount > 10")
-            message = str(e.value)
-            assert "populating view big gave up after waiting 2 s" in message
-            assert f"backend pid {locker.info.backend_pid}" in message
-            assert "LOCK TABLE orders" in message
-        finally:
-            locker.rollback()
-            locker.close()
-        assert [s.name for s in engine.list_views()] == ["totals"]
-        assert pg_conn.execute("SELECT to_regclass('public.big')").fetchone()[0] is None
-        engine.create_view("big", "SELECT id, amount FROM orders WHERE amount > 10")
-        pg_conn.execute("INSERT INTO orders VALUES (100, 9, 11)")
-        engine.catch_up()
-        assert diff_rows(pg_conn, "big", "SELECT id, amount FROM orders WHERE amount > 10") == (
-            0,
-            0,
-        )
-
-
-@pytest.mark.slow
-def test_a_spark_population_blocked_by_a_table_lock_gives_up(spark, pg_conn, pg_dsn, state_dir):
-    """The same on the Spark runner: the driver locks the sources before its tasks read, so
-    the wait is reported and ends there; nothing of the view is left, and it works after."""
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_population_blocked_by_a_table_lock_gives_up(pg_conn, pg_dsn, state_dir, request, runner):
+    """A second view on a published table: its population waits for a session holding an
+    ACCESS EXCLUSIVE lock on the table; it gives up (lock timeout) naming that session, leaves
+    nothing of the view, and works once the lock is gone. (On Spark the driver locks the
+    sources before its tasks read, so the wait is reported and ends there.)"""
     _setup(pg_conn)
     big = "SELECT id, amount FROM orders WHERE amount > 10"
-    with Engine(pg_dsn, state_dir, runner="spark", wait_timeout_s=2) as engine:
+    with Engine(pg_dsn, state_dir, runner=use_runner(request, runner), wait_timeout_s=2) as engine:
         engine.create_view("totals", SQL)
         locker = psycopg.connect(pg_dsn)
         locker.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
         try:
             with pytest.raises(WaitedTooLong) as e:
                 engine.create_view("big", big)
-            assert "populating view big gave up after waiting 2 s" in str(e.value)
-            assert f"backend pid {locker.info.backend_pid}" in str(e.value)
+            message = str(e.value)
+            assert "populating view big gave up after waiting 2 s" in message
+            assert f"backend pid {locker.info.backend_pid}" in message
+            assert "LOCK TABLE orders" in message
         finally:
             locker.rollback()
             locker.close()
