@@ -245,8 +245,8 @@ def test_population_in_many_small_chunks(pg_dsn, tmp_path, monkeypatch):
     """Population runs the input through the dataflow in chunks (bounded memory): with chunks
     of 37 rows every view (aggregates retracting earlier chunks' rows, top-k, outer joins...)
     still populates and then maintains exactly what Postgres computes."""
-    import engine.engine
+    import engine.population
 
-    monkeypatch.setattr(engine.engine, "POPULATION_CHUNK", 37)
+    monkeypatch.setattr(engine.population, "POPULATION_CHUNK", 37)
     during, _ = run_engine_oracle(pg_dsn, tmp_path / "state", QUICK, batches=2, seed=23)
     assert during > 0
