@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import random
+import re
 
 import psycopg
 
@@ -50,6 +51,20 @@ def is_outage(exc: BaseException | None) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
+
+
+# how a lost database reads in a failure that only exists as text (a Spark task's traceback)
+_LOST_TEXT = re.compile(
+    r"psycopg\.(OperationalError|InterfaceError|errors\.(AdminShutdown|CrashShutdown|"
+    r"CannotConnectNow|ConnectionException|ConnectionFailure|ConnectionDoesNotExist|"
+    r"SqlclientUnableToEstablishSqlconnection))\b"
+)
+
+
+def is_outage_text(text: str | None) -> bool:
+    """Whether a failure known only by its text (a Spark streaming query's exception, whose
+    task died of a Postgres error) says the database was unreachable."""
+    return bool(text) and _LOST_TEXT.search(text) is not None
 
 
 class Backoff:

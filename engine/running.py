@@ -217,6 +217,7 @@ class RunningMixin:
         for view in running:
             why = view.stream.failure() if view.stream else None
             if why:
-                if self._db_down():  # the query died of the outage: restarted once it is over
+                if view.stream.died_of_outage() or self._db_down():
+                    # the query died of the outage: restarted once it is over
                     raise psycopg.OperationalError(f"view {view.name}'s streaming query: {why}")
                 self._stream_failed(view, why)

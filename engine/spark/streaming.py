@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engine.outage import is_outage, is_outage_text
 from engine.postgres.cdc import Transaction
 from engine.spark.cdc_source import NAME, transactions_from_rows
 
@@ -160,6 +161,13 @@ class StreamingView:
             return f"{type(self.error).__name__}: {self.error}"
         exc = self.query.exception()
         return None if exc is None else str(exc)
+
+    def died_of_outage(self) -> bool:
+        """Whether the query died because the database went away (its batch's error, or its
+        task's traceback, is a lost connection), not of a fault of its own."""
+        if self.error is not None:
+            return is_outage(self.error)
+        return is_outage_text(self.failure())
 
     def wait(self) -> None:
         """Block until an availableNow run finished."""

@@ -182,6 +182,8 @@ def test_catch_up_recovers_after_a_restart(server, dsn, tmp_path, request, runne
             back.join()
         wait_equal(dsn, 5)
         assert {s.phase for s in eng.list_views()} == {"running"}
+        # an outage is waited out, never taken for a bug (which would re-populate)
+        assert not [s.last_error for s in eng.list_views() if s.last_error], eng.list_views()
 
 
 def test_spark_runner_survives_postgres_restarts(spark, server, dsn, tmp_path):
