@@ -1,0 +1,355 @@
+"""ColumnarInnerJoinCollection: the inner equi-join computed on Arrow columns, a time at a time.
+
+The same answer as ``InnerJoinCollection`` (``left_row + right_row`` with weight ``wl * wr`` for
+every pair whose key columns are equal under SQL equality, a NULL key never matching, and whose
+residual is exactly True), without a Python object per row on the common path:
+
+1. each side's delta becomes Arrow columns (converted once if it came as rows) and records of
+   ``row_block.RowCodec`` with a 64-bit hash of each row's values; rows with a NULL key go;
+2. key columns are normalized to one Arrow type per key column (int4 = int8, 1.0 = 1.00: numerics
+   rescaled to a common scale, floats with one NaN and one zero), numbered with a vectorized
+   group-by, and their state entries (one per join key, both sides' rows in one row block, as
+   ``state.arrangement.key_entry`` names them) are read with one ``get_many``;
+3. per side, the stored rows and the delta rows are grouped by hash (values compared where rows
+   meet; a hash collision falls back to an exact group-by), giving each distinct row its old,
+   delta and new weight;
+4. the output ``ΔA⋈B' + A⋈ΔB`` (= ``ΔA⋈B + A⋈ΔB + ΔA⋈ΔB``) is two vectorized hash joins of key
+   ids, taken from the records as Arrow columns; a residual runs over those pairs as rows (its
+   errors become errs diffs weighted like the pair);
+5. the changed keys' new row blocks are staged in the store's write batch.
+
+``supports`` says when the column and key types allow it; the physical planner falls back to the
+row join otherwise. Unlike the row join there is no split of a hot key into row entries: a key
+holding many rows is read and rewritten whole when it changes. It keeps nothing in memory between
+times (state is only the table), and reads only committed state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
+from engine.dataflow.columnar import kernels as K
+from engine.dataflow.columnar.arrow_types import ColumnConversionError, to_arrow_column, to_python
+from engine.dataflow.columnar.row_block import (
+    RowCodec,
+    Rows,
+    column_kind,
+    pack_entries,
+    unpack_entries,
+)
+from engine.dataflow.errs import BatchFn, evaluate
+from engine.dataflow.nan import NUMERIC_NAN
+from engine.dataflow.state.arrangement import key_entry
+
+_NUMBERS = frozenset({"i8", "n8", "n16"})
+
+
+def key_type(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
+    """The one Arrow type both sides' values of a key column are compared in, or None.
+
+    >>> key_type(pa.int64(), pa.decimal128(15, 2))
+    Decimal128Type(decimal128(38, 2))
+    >>> key_type(pa.float64(), pa.int64()) is None
+    True
+    """
+    ka = column_kind(a) if a is not None else None
+    kb = column_kind(b) if b is not None else None
+    if ka is None or kb is None:
+        return None
+    if ka in _NUMBERS and kb in _NUMBERS:
+        if ka == kb == "i8":
+            return pa.int64()
+        scale = max(getattr(a, "scale", 0), getattr(b, "scale", 0))
+        digits = max(19 if k == "i8" else t.precision - t.scale for k, t in ((ka, a), (kb, b)))
+        return pa.decimal128(38, scale) if digits + scale <= 38 else None
+    if ka != kb:
+        return None
+    if ka == "f8":
+        return pa.float64()
+    if ka == "s":
+        return pa.string()
+    return a if a == b else None
+
+
+def supports(
+    left_types: Sequence[pa.DataType | None],
+    right_types: Sequence[pa.DataType | None],
+    left_key: Sequence[int],
+    right_key: Sequence[int],
+) -> bool:
+    """Whether ``ColumnarInnerJoinCollection`` joins inputs of these Arrow column types (None:
+    no Arrow type) on these key columns."""
+    if not left_key or len(left_key) != len(right_key):
+        return False
+    if any(t is None or column_kind(t) is None for t in [*left_types, *right_types]):
+        return False
+    return all(
+        key_type(left_types[i], right_types[j]) is not None
+        for i, j in zip(left_key, right_key, strict=True)
+    )
+
+
+class _Side:
+    """One side's distinct rows around a time: representatives and old/delta/new weights."""
+
+    __slots__ = ("rows", "kid", "old", "delta", "new")
+
+    def __init__(self, rows: Rows, kid: np.ndarray, old: np.ndarray, delta: np.ndarray) -> None:
+        self.rows, self.kid, self.old, self.delta = rows, kid, old, delta
+        self.new = old + delta
+
+
+class ColumnarInnerJoinCollection(KeyedJoinCollection):
+    """Key column indices per side, the Arrow type of every column of each side, a residual."""
+
+    def __init__(
+        self,
+        left_key: Sequence[int],
+        right_key: Sequence[int],
+        left_types: Sequence[pa.DataType],
+        right_types: Sequence[pa.DataType],
+        residual: BatchFn | None = None,
+        description: str = "",
+    ) -> None:
+        super().__init__(left_key, right_key, residual, description)
+        if not supports(left_types, right_types, self.left_key, self.right_key):
+            raise ValueError(f"ColumnarInnerJoinCollection cannot compute {self.describe()}")
+        self.codecs = (RowCodec(left_types), RowCodec(right_types))
+        self.key_types = [
+            key_type(left_types[i], right_types[j])
+            for i, j in zip(self.left_key, self.right_key, strict=True)
+        ]
+
+    def describe(self) -> str:
+        return describe_join(
+            "InnerJoin (columnar)", self.left_key, self.right_key, self.residual, self.description
+        )
+
+    # -- the time's work ----------------------------------------------------------------------------
+    def on_time_end(self, time: int) -> DiffBatch:
+        """The time's input as it came: consolidation happens on the records (step 3)."""
+        deltas = [DiffBatch.concat(p) for p in self._pending]
+        self._pending = [[], []]
+        if not any(deltas):
+            return DiffBatch()
+        return self.process(time, deltas)
+
+    def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
+        lc, rc = self.codecs
+        lrows, lkeys = self._delta(deltas[0], lc, self.left_key)
+        rrows, rkeys = self._delta(deltas[1], rc, self.right_key)
+        nl = len(lrows)
+        if not nl and not len(rrows):
+            return DiffBatch()
+        keycols = [pa.concat_arrays([a, b]) for a, b in zip(lkeys, rkeys, strict=True)]
+        ids, first = K.group_index(keycols)
+        sel = pa.array(first)
+        kbs = K.key_bytes([c.take(sel) for c in keycols])
+        heads = [key_entry(kb) for kb in kbs]
+        order = sorted(range(len(heads)), key=heads.__getitem__)  # sorted keys read faster
+        nk = len(heads)
+        rank = np.empty(nk, np.int64)
+        rank[np.asarray(order, np.int64)] = np.arange(nk)
+        heads = [heads[i] for i in order]
+        raws = self.table.get_many(heads)
+
+        present = np.fromiter((v is not None for v in raws), bool, nk)
+        at = np.flatnonzero(present)
+        sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
+        left = _merge(lc, sl, at[sle], lrows, rank[ids[:nl]])
+        right = _merge(rc, sr, at[sre], rrows, rank[ids[nl:]])
+        out = self._pairs(left, right, nk)
+        self._stage(heads, present, left, right, nk)
+        return out
+
+    def _delta(self, batch: DiffBatch, codec: RowCodec, key: tuple[int, ...]):
+        """The batch's rows with a NULL-free key as records, and their normalized key columns."""
+        columns, nans = _columns(batch, codec.types)
+        weights = batch.column_weights
+        valid = None
+        for i in key:
+            col = columns[i]
+            if col.null_count:
+                ok = np.asarray(pc.is_valid(col), dtype=bool)
+                if nans[i] is not None:
+                    ok |= nans[i]
+                valid = ok if valid is None else valid & ok
+        if valid is not None and not valid.all():
+            idx = np.flatnonzero(valid)
+            sel = pa.array(idx)
+            columns = [c.take(sel) for c in columns]
+            nans = [None if m is None else m[idx] for m in nans]
+            weights = weights[idx]
+        rows = codec.encode(columns, nans, weights)
+        # NULL keys are gone: a NULL left in a key column is a numeric NaN (equal to NaN)
+        keys = [columns[i].cast(t) for i, t in zip(key, self.key_types, strict=True)]
+        return rows, keys
+
+    def _pairs(self, left: _Side, right: _Side, nk: int) -> DiffBatch:
+        """``ΔA⋈B' + A⋈ΔB`` of the time as a columnar batch (as rows when a numeric NaN is in it)."""
+        parts = []
+        for a, aw, b, bw in (
+            (left, left.delta, right, right.new),
+            (left, left.old, right, right.delta),
+        ):
+            ia, ib = np.flatnonzero(aw), np.flatnonzero(bw)
+            if len(ia) and len(ib):
+                pa_, pb = K.join_pairs(a.kid[ia], b.kid[ib], nk)
+                parts.append((ia[pa_], ib[pb], aw[ia[pa_]] * bw[ib[pb]]))
+        if not parts:
+            return DiffBatch()
+        li = np.concatenate([p[0] for p in parts])
+        ri = np.concatenate([p[1] for p in parts])
+        w = np.concatenate([p[2] for p in parts])
+        lcols, lnans = self.codecs[0].arrays(left.rows.take(li))
+        rcols, rnans = self.codecs[1].arrays(right.rows.take(ri))
+        columns = lcols + rcols
+        nans = {**lnans, **{len(lcols) + i: m for i, m in rnans.items()}}
+        if self.residual is None and not nans:
+            return DiffBatch.from_columns(columns, w)
+        rows = _python_rows(columns, nans)
+        if self.residual is None:
+            return DiffBatch(rows, w.tolist())
+        results, ok, errs = evaluate(self.residual, DiffBatch(rows, list(range(len(rows)))))
+        if errs:
+            self.report_errors(DiffBatch(errs.rows, [int(w[i]) for i in errs.weights]))
+        keep = np.asarray(
+            [i for i, m in zip(ok.weights, results, strict=True) if m is True], np.int64
+        )
+        if nans:
+            return DiffBatch([rows[i] for i in keep.tolist()], w[keep].tolist())
+        sel = pa.array(keep)
+        return DiffBatch.from_columns([c.take(sel) for c in columns], w[keep])
+
+    def _stage(
+        self, heads: list[bytes], present: np.ndarray, left: _Side, right: _Side, nk: int
+    ) -> None:
+        """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys)."""
+        changed = np.zeros(nk, bool)
+        changed[left.kid[left.delta != 0]] = True
+        changed[right.kid[right.delta != 0]] = True
+        blocks = []
+        counts = []
+        for side in (left, right):
+            live = np.flatnonzero((side.new != 0) & changed[side.kid])
+            live = live[np.argsort(side.kid[live], kind="stable")]
+            rows = side.rows.take(live)
+            rows.rec["w"] = side.new[live]
+            blocks.append(rows)
+            counts.append(np.bincount(side.kid[live], minlength=nk))
+        nonempty = (counts[0] + counts[1]) > 0
+        put = np.flatnonzero(changed & nonempty)
+        if len(put):
+            values = pack_entries(
+                self.codecs[0], blocks[0], counts[0][put], self.codecs[1], blocks[1], counts[1][put]
+            )
+            self.table.put_many([heads[i] for i in put.tolist()], values)
+        for i in np.flatnonzero(changed & ~nonempty & present).tolist():
+            self.table.delete(heads[i])
+
+
+def _columns(
+    batch: DiffBatch, types: Sequence[pa.DataType]
+) -> tuple[list[pa.Array], list[np.ndarray | None]]:
+    """The batch as Arrow columns of ``types`` (numeric NaNs as NULL plus a mask per column)."""
+    cols = batch.columns
+    if cols is not None and all(_fits(c.type, t) for c, t in zip(cols, types, strict=True)):
+        return list(cols), [None] * len(types)
+    rows = batch.rows
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in types]
+    out: list[pa.Array] = []
+    nans: list[np.ndarray | None] = []
+    for vals, t in zip(values, types, strict=True):
+        try:
+            out.append(to_arrow_column(list(vals), t))
+            nans.append(None)
+            continue
+        except ColumnConversionError:
+            if not pa.types.is_decimal(t):
+                raise
+        nan = np.fromiter((v is not None and v != v for v in vals), bool, len(vals))
+        out.append(to_arrow_column([None if v is not None and v != v else v for v in vals], t))
+        nans.append(nan)
+    return out, nans
+
+
+def _fits(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a column of type ``have`` holds ``want``'s values as the codec reads them."""
+    if pa.types.is_decimal(want):
+        return pa.types.is_decimal(have) and have.scale == want.scale
+    if pa.types.is_string(want):
+        return pa.types.is_string(have) or pa.types.is_large_string(have)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(have)
+    return have == want
+
+
+def _python_rows(columns: list[pa.Array], nans: dict[int, np.ndarray]) -> list[tuple]:
+    values = [to_python(c) for c in columns]
+    for i, mask in nans.items():
+        col = values[i]
+        for j in np.flatnonzero(mask).tolist():
+            col[j] = NUMERIC_NAN
+    return list(zip(*values, strict=True))
+
+
+def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> _Side:
+    """The distinct rows of ``stored`` (the keys' committed rows, distinct) and ``delta`` (any
+    rows), each with its key id, old weight (stored) and delta weight (summed)."""
+    ns = len(stored)
+    rows = Rows.concat([stored, delta]) if ns else delta
+    kid = np.concatenate([skid, dkid]) if ns else dkid
+    n = len(rows)
+    h = rows.rec["h"]
+    o = np.argsort(h, kind="stable")  # a stored row comes first among its equals
+    hs = h[o]
+    start = np.ones(n, bool)
+    start[1:] = hs[1:] != hs[:-1]
+    g = np.cumsum(start) - 1
+    gid = np.empty(n, np.int64)
+    gid[o] = g
+    reps = o[start]
+    member = np.flatnonzero(~start)
+    if len(member):
+        a, b = o[member], reps[g[member]]
+        same = _same_rows(rows, a, b) & (kid[a] == kid[b])
+        if not same.all():  # a hash collision (or -0.0 / NaN spellings): group those exactly
+            gid, reps = _exact_groups(codec, rows, kid, gid, np.unique(g[member[~same]]))
+    ng = len(reps)
+    w = rows.rec["w"]
+    old = np.zeros(ng, np.int64)
+    np.add.at(old, gid[:ns], w[:ns])
+    dw = np.zeros(ng, np.int64)
+    np.add.at(dw, gid[ns:], w[ns:])
+    return _Side(rows.take(reps), kid[reps], old, dw)
+
+
+def _same_rows(rows: Rows, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether rows ``a[i]`` and ``b[i]`` hold the same values (records past the weight, text)."""
+    raw = rows.rec.view(np.uint8).reshape(len(rows.rec), -1)[:, 8:]
+    same = (raw[a] == raw[b]).all(axis=1)
+    if rows.strs:
+        ia, ib = pa.array(a), pa.array(b)
+        for s in rows.strs:
+            same &= np.asarray(pc.equal(s.take(ia), s.take(ib)), dtype=bool)
+    return same
+
+
+def _exact_groups(
+    codec: RowCodec, rows: Rows, kid: np.ndarray, gid: np.ndarray, bad: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``gid`` with the hash groups ``bad`` split by value (SQL equality: ``group_index``);
+    returns the group of each row and each group's first row, groups renumbered."""
+    sel = np.flatnonzero(np.isin(gid, bad))
+    cols, nans = codec.arrays(rows.take(sel))
+    flags = [pa.array(rows.rec["f"][sel, i]) for i in range(len(codec.types))]
+    exact, _ = K.group_index([*cols, *flags, pa.array(kid[sel])])
+    labels = gid.copy()
+    labels[sel] = int(gid.max(initial=-1)) + 1 + exact
+    return K.group_index([pa.array(labels)])
