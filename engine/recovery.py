@@ -152,6 +152,9 @@ class RecoveryMixin:
             try:
                 if repair is not None and not repair.repopulate and not marker.exists():
                     view.reopen_state()  # after a full disk: the committed state, retried
+                    # its streaming query went on past the failed batch (Spark committed the
+                    # batches it skipped meanwhile): it restarts from the state, not its offsets
+                    shutil.rmtree(view.checkpoint, ignore_errors=True)
                 elif repair is not None and repair.failures == 0:  # requested, not a failure
                     log.info("view %s goes back to population: %s", name, error)
                     self._send_back(view, view.state_time, None)  # as after a local TRUNCATE

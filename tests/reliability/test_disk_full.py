@@ -1,4 +1,4 @@
-"""Fault: the disk of the state directory fills up (runner local).
+"""Fault: the disk of the state directory fills up (both runners).
 
 The state directory is a small tmpfs (mounted by the test; skipped where the machine does not
 allow mounts). A filler file leaves it almost no space, then a burst of changes makes RocksDB's
@@ -17,6 +17,7 @@ import pytest
 from engine import Engine
 from engine.view_repairs import ViewRepairs
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.reliability.runners import RUNNERS, use_runner
 
 SQL = "SELECT grp, count(*) AS n, max(note) AS top FROM items GROUP BY grp"
 
@@ -62,19 +63,24 @@ def _status(engine):
     return {s.name: (s.phase, s.last_error) for s in engine.list_views()}
 
 
-def test_a_full_state_disk_is_an_error_phase_then_recovers(pg_conn, pg_dsn, small_disk):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_full_state_disk_is_an_error_phase_then_recovers(
+    request, runner, pg_conn, pg_dsn, small_disk
+):
+    runner = use_runner(request, runner)
+    first_wait = 4 if runner == "local" else 40  # Spark: the streaming query starts first
     pg_conn.execute("CREATE TABLE items (id int PRIMARY KEY, grp int, note text)")
     pg_conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
     _insert(pg_conn, 1, 1000)
     state = small_disk / "state"
-    with Engine(pg_dsn, state, runner="local") as engine:
+    with Engine(pg_dsn, state, runner=runner) as engine:
         engine.repairs = ViewRepairs(first_delay_s=0.05, cap_s=0.5)
         engine.create_view("items_by_grp", SQL)
         filler = _fill(small_disk, leave=1 << 20)
         for start in range(10_000, 40_000, 5_000):  # ~5 MB of state writes
             _insert(pg_conn, start, 5_000)
         with pytest.raises(TimeoutError):
-            engine.catch_up(timeout_s=4)
+            engine.catch_up(timeout_s=first_wait)
         phase, error = _status(engine)["items_by_grp"]
         assert phase == "error"
         assert f"the state directory {state} is full" in error
@@ -87,7 +93,7 @@ def test_a_full_state_disk_is_an_error_phase_then_recovers(pg_conn, pg_dsn, smal
         pg_conn.execute("DELETE FROM items WHERE id % 3 = 0")
         engine.catch_up()
         assert diff_rows(pg_conn, "items_by_grp", SQL) == (0, 0)
-    with Engine(pg_dsn, state, runner="local") as engine:  # the state opens and is right
+    with Engine(pg_dsn, state, runner=runner) as engine:  # the state opens and is right
         pg_conn.execute("UPDATE items SET note = 'zzz' WHERE id % 7 = 0")
         engine.catch_up()
         assert diff_rows(pg_conn, "items_by_grp", SQL) == (0, 0)
