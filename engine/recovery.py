@@ -96,7 +96,9 @@ class RecoveryMixin:
         view.stop_stream()
         self._repopulate(view, time_)
         shutil.rmtree(view.checkpoint, ignore_errors=True)
-        self.catalog.record_state({view.name: view.state_time})
+        # a view re-populated before it applied any change (state time POPULATION_TIME) needs
+        # the changes after the slot's position, not after 0/1 (that would read as a lost slot)
+        self.catalog.record_state({view.name: max(view.state_time, self.reader.confirmed_lsn())})
         if message is not None:
             self.catalog.set_phase(view.name, "running", message)
         view.record = self.catalog.get(view.name) or view.record
@@ -152,9 +154,6 @@ class RecoveryMixin:
             try:
                 if repair is not None and not repair.repopulate and not marker.exists():
                     view.reopen_state()  # after a full disk: the committed state, retried
-                    # its streaming query went on past the failed batch (Spark committed the
-                    # batches it skipped meanwhile): it restarts from the state, not its offsets
-                    shutil.rmtree(view.checkpoint, ignore_errors=True)
                 elif repair is not None and repair.failures == 0:  # requested, not a failure
                     log.info("view %s goes back to population: %s", name, error)
                     self._send_back(view, view.state_time, None)  # as after a local TRUNCATE

@@ -7,6 +7,7 @@ position of the call. Mixed into ``Engine``.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterable
 
@@ -35,6 +36,10 @@ class SparkRunnerMixin:
 
         todo = [v for v in views if v.stream is None or not v.stream.active]
         for view in todo:
+            # a query starts from the view's committed state, never from its Spark offsets:
+            # those may be past micro-batches the view skipped (Spark commits a batch the view
+            # did not apply: while it waited for a repair, or after it was given up on)
+            shutil.rmtree(view.checkpoint, ignore_errors=True)
             view.stream = self._stream(view)
         start_all([v.stream for v in todo])
 

@@ -5,10 +5,10 @@
 ``toLocalIterator()``, or as Arrow with ``toArrow()`` when ``max_buffered_changes`` is 0), is
 reassembled into transactions (a huge one partly on disk) and handed to the engine's ``apply`` callback,
 which feeds the view's dataflow, writes the net diff and the LSN through the consolidating sink in
-one Postgres transaction and commits the view's state. Spark checkpoints the offsets under the
-view's directory; a batch replayed after a crash has the same offsets and rows, and the
-transactions the view already applied (end LSN <= its state time) are skipped, so the result is
-exactly-once. The trigger is ``processingTime`` (50 ms by default): when a batch overruns it, the
+one Postgres transaction and commits the view's state. The query reads from ``start_lsn`` (the
+view's committed state; the engine drops the checkpoint before each start, see
+``SparkRunnerMixin._start_streams``), and the transactions the view already applied (end LSN <=
+its state time) are skipped, so the result is exactly-once. The trigger is ``processingTime`` (50 ms by default): when a batch overruns it, the
 next starts at once and takes everything that arrived meanwhile (up to ``max_rows`` changes), so
 batches grow under load by themselves and lag stays bounded. Per-batch metrics (rows, duration,
 commit->visible lag) are kept for ``list_views``, Dagster and the benchmark. This module must not

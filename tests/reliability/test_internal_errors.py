@@ -9,6 +9,7 @@ that fails every time ends in ``error`` after the capped attempts while the othe
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import pytest
@@ -147,3 +148,40 @@ def test_a_bug_in_an_operator_on_spark_repopulates_the_view(
         assert phase == "running"
         assert error == "re-populated after an internal error: RuntimeError: injected operator bug"
         assert failing_reduce[0] == 0
+
+
+@pytest.mark.slow
+def test_a_view_given_up_on_spark_is_right_after_a_restart(
+    spark, pg_conn, pg_dsn, state_dir, monkeypatch
+):
+    """A view whose micro-batches fail every time (its re-populations work) is given up on
+    while its streaming query goes on (Spark commits the micro-batches the view skips). After a
+    restart with the bug gone it resumes from its state, not from its query's offsets: equal to
+    its query, and never ``running`` while it misses changes."""
+    broken = [True]
+    apply_view = Engine._apply_view
+
+    def buggy(self, view, txs, end):
+        if broken[0] and view.name == "totals":
+            raise RuntimeError("injected bug in a micro-batch")
+        return apply_view(self, view, txs, end)
+
+    monkeypatch.setattr(Engine, "_apply_view", buggy)
+    _setup(pg_conn)
+    with _open(pg_dsn, state_dir, "spark", create=True) as engine:
+        engine.catch_up(timeout_s=120)
+        for start in range(100, 800, 100):  # it gives up; later batches are skipped
+            _write(pg_conn, start)
+            with contextlib.suppress(ViewError):
+                engine.catch_up(timeout_s=120)
+        phase, error = _status(engine)["totals"]
+        assert phase == "error" and "no longer maintained" in error
+        assert _equal(pg_conn, ["rows"]) == {"rows": (0, 0)}
+    broken[0] = False
+    with _open(pg_dsn, state_dir, "spark") as engine:
+        engine.catch_up(timeout_s=120)
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
+        assert _status(engine)["totals"][0] == "running"
+        _write(pg_conn, 900)
+        engine.catch_up(timeout_s=120)
+        assert _equal(pg_conn) == {"totals": (0, 0), "rows": (0, 0)}
