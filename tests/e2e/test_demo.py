@@ -94,3 +94,54 @@ def test_demo_refuses_a_demo_schema_it_did_not_create(pg_dsn, tmp_path, capsys):
     assert "was not created by the incview demo" in capsys.readouterr().err
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass('demo.precious')").fetchone()[0] is not None
+
+
+@pytest.mark.slow
+def test_demo_dagster_serves_the_views_until_ctrl_c(pg_dsn, tmp_path):
+    """``incview demo --dagster`` (``./scripts/demo.sh --dagster``): prints the URL once the demo's
+    code location is loaded, serves Dagster's UI there, and stops dagster dev on Ctrl-C."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from incview_dagster.dev_server import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "engine.cli", "--runner", "local", "--dsn", pg_dsn]
+    argv += ["demo", "--dagster", "--state-dir", str(tmp_path / "s"), "--port", str(port)]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+    out: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        url = None
+        while url is None:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "".join(out)
+            assert time.monotonic() < deadline, "".join(out)
+            out.append(line)
+            found = re.search(r"dagster dev is serving the demo: (http://\S+)", line)
+            url = found and found.group(1)
+        assert url == f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{url}/server_info", timeout=30) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)  # a few lines more at most: the pipe cannot fill
+        out.append(proc.stdout.read())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = "".join(out)
+    assert proc.returncode == 0, text
+    assert "stopping dagster dev" in text
+    assert "asset graph:" in text, text
