@@ -38,7 +38,7 @@ def test_demo_on_spark_keeps_every_view_equal_to_its_query(pg_dsn, tmp_path, cap
     _verdict_and_hint(out)
     assert "runner: spark" in out and "started 4 streaming queries" in out
     assert "equals its query: NO" not in out
-    assert out.count("equals its query: yes") >= 4 * 3  # periodic reports and the final one
+    assert out.count("equals its query: yes") >= 4 * 2  # periodic report(s) and the final one
     # lag read while the writer runs, and the writer's throughput
     assert re.search(r"revenue_by_segment +lag while writing: median \d+ ms", out), out
     assert re.search(r"throughput: \d+ row changes .* kept up by 4 views \(spark runner\)", out)
