@@ -228,7 +228,7 @@ def serve_demo(
         print(
             f"\ndagster dev is serving the demo: {dev.url}  (ready after "
             f"{time.monotonic() - started:.0f} s; log {dev.log_path})\n"
-            f"  asset graph: {dev.url}/asset-groups  - \"Materialize all\" creates the demo's "
+            f'  asset graph: {dev.url}/asset-groups  - "Materialize all" creates the demo\'s '
             "data (demo_tables) and populates the four views; their checks run with them\n"
             "  Ctrl-C stops dagster dev and the views' streaming jobs",
             flush=True,

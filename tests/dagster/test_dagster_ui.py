@@ -14,6 +14,7 @@ on Spark through dagster dev). Skipped, with the reason, when Chromium or playwr
 """
 
 import contextlib
+import importlib.util
 import os
 import re
 import shutil
@@ -43,18 +44,22 @@ EDGES = {
 RUN_TIMEOUT_S = 180
 
 
-def _chromium_or_skip() -> str:
+def _find_chromium() -> tuple[str | None, str]:
+    """The Chromium binary and "", or None and what is missing (checked at collection, so a
+    machine without it skips before the test's Postgres server or dagster dev start)."""
     path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
     if not path:
-        pytest.skip(
+        return None, (
             f"no Chromium at {CHROMIUM} nor on PATH: apt-get install -y chromium "
             "(scripts/test.sh does it as root), or set INCVIEW_CHROMIUM"
         )
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("the playwright package is not installed: pip install -e '.[dev]'")
-    return path
+    if importlib.util.find_spec("playwright") is None:
+        return None, "the playwright package is not installed: pip install -e '.[dev]'"
+    return path, ""
+
+
+CHROMIUM_PATH, MISSING = _find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM_PATH is None, reason=MISSING)
 
 
 def _materialize_demo(dev: DagsterDev) -> str:
@@ -140,7 +145,7 @@ class Page:
 
 @pytest.mark.slow
 def test_the_demo_in_dagsters_ui_in_a_real_browser(pg_dsn, tmp_path, capsys):
-    chromium = _chromium_or_skip()
+    chromium = CHROMIUM_PATH
     from playwright.sync_api import sync_playwright
 
     runner = os.environ.get("INCVIEW_UI_RUNNER", "local")
