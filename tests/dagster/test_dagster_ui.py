@@ -122,6 +122,24 @@ class Page:
                 raise AssertionError(f"{missing} not on {self.page.url}:\n{body[:3000]}")
             time.sleep(0.5)
 
+    def wait_gone(self, text: str, timeout_s: float = 45) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text in self.text():
+            if time.monotonic() > deadline:
+                self.shot("timeout")
+                raise AssertionError(f"{text!r} still on {self.page.url}")
+            time.sleep(0.5)
+
+    def graph(self, timeout_s: float = 30) -> dict:
+        """The asset graph's nodes and edges (``_GRAPH_JS``) once it has edges drawn."""
+        deadline = time.monotonic() + timeout_s
+        while (graph := self.page.evaluate(_GRAPH_JS)) is None:
+            if time.monotonic() > deadline:
+                self.shot("timeout")
+                raise AssertionError(f"no asset graph with edges on {self.page.url}")
+            time.sleep(0.5)
+        return graph
+
     def dismiss_dialogs(self) -> None:
         """Dagster's first-visit "Join the Dagster community" dialog: Skip."""
         skip = self.page.get_by_role("button", name="Skip")
@@ -186,7 +204,8 @@ def test_the_demo_in_dagsters_ui_in_a_real_browser(pg_dsn, tmp_path, capsys):
 # first point on a node's right side, its last point (plus the arrow head) on a node's left side.
 _GRAPH_JS = """
 () => {
-  const svg = document.querySelector('svg[class*=svgContainer]');
+  const svg = [...document.querySelectorAll('svg')].find(s => s.querySelector('path[marker-end]'));
+  if (!svg) return null;
   const nodes = [...svg.querySelectorAll('foreignObject')]
     .filter(f => !f.classList.contains('group') && f.firstElementChild)
     .map(f => ({name: f.firstElementChild.innerText.trim().split('\\n')[0].trim(),
@@ -222,7 +241,7 @@ def explore(page: Page) -> None:
     page.page.get_by_role("menuitem", name=re.compile("Expand all groups")).click()
     body = page.wait_for(*VIEWS, *TABLES)
     time.sleep(1)  # the edges' layout animation
-    graph = page.page.evaluate(_GRAPH_JS)
+    graph = page.graph()
     assert set(graph["nodes"]) == {*VIEWS, *TABLES}, graph
     assert {tuple(e) for e in graph["edges"]} == EDGES, graph["edges"]
     assert body.count("2 / 2 Passed") == len(VIEWS), body  # each view's two checks
@@ -248,5 +267,10 @@ def explore(page: Page) -> None:
 
     # its lineage: the three source tables upstream
     page.open(f"{view}?view=lineage")
-    page.wait_for("revenue_by_segment", "order_items", "orders", "customers")
+    page.wait_for("revenue_by_segment", "order_items", "orders", "customers", "Materialized")
+    page.wait_gone("Loading...")
+    time.sleep(1)
+    graph = page.graph()
+    upstream = {(t, "revenue_by_segment") for t in ("order_items", "orders", "customers")}
+    assert {tuple(e) for e in graph["edges"]} == upstream, graph
     page.shot("view-lineage")
