@@ -7,10 +7,12 @@ creates schema ``demo`` with the demo's data when the database lacks it), then t
 supervisor populates views that were never populated once their tables exist, and restarts dead
 streaming jobs. Configuration comes from the environment: ``INCVIEW_DSN`` (default: the embedded
 PostgreSQL under the state dir), ``INCVIEW_STATE_DIR`` (default ``.incview`` next to this file),
-``INCVIEW_RUNNER`` (``spark``, the default, or ``local``) and ``INCVIEW_DEMO_VIEWS`` (a
-comma-separated subset of the views, default all). Loading this module touches no database.
+``INCVIEW_RUNNER`` (``spark``, the default, or ``local``), ``INCVIEW_SPARK_CONF`` (Spark settings
+as a JSON object) and ``INCVIEW_DEMO_VIEWS`` (a comma-separated subset of the views, default all).
+``incview demo --dagster`` (``./scripts/demo.sh --dagster``) sets them and starts ``dagster dev``. Loading this module touches no database.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -40,6 +42,7 @@ incview = IncViewResource(
     dsn=os.environ.get("INCVIEW_DSN") or None,
     state_dir=os.environ.get("INCVIEW_STATE_DIR") or str(HERE / ".incview"),
     runner=os.environ.get("INCVIEW_RUNNER", "spark"),
+    spark_conf=json.loads(os.environ.get("INCVIEW_SPARK_CONF") or "{}"),
 )
 
 

@@ -96,11 +96,31 @@ def main(argv: list[str] | None = None) -> int:
     # also accepted after the verb: `incview demo --state-dir DIR`
     demo.add_argument("--dsn", default=argparse.SUPPRESS, help="Postgres connection string")
     demo.add_argument("--state-dir", default=argparse.SUPPRESS, help="default .incview-demo")
+    demo.add_argument(
+        "--runner", default=argparse.SUPPRESS, choices=["local", "spark"], help="default spark"
+    )
+    demo.add_argument(
+        "--dagster",
+        action="store_true",
+        help="instead: serve the demo's views in `dagster dev` (embedded Postgres or --dsn, the "
+        "runner) and print its URL; Ctrl-C stops it",
+    )
+    demo.add_argument("--port", type=int, default=3000, help="dagster dev's port (--dagster)")
     args = parser.parse_args(argv)
 
     from engine.errors import IncviewError
 
     try:
+        if args.verb == "demo" and args.dagster:
+            from incview_dagster.dev_server import serve_demo
+
+            return serve_demo(
+                dsn=args.dsn or None,
+                state_dir=args.state_dir or ".incview-demo",
+                runner=args.runner,
+                spark_conf=_spark_conf(args),
+                port=args.port,
+            )
         if args.verb == "demo":
             from engine.demo import run_demo
 
@@ -111,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 report_every=args.report_every,
                 keep=args.keep,
+                runner=args.runner,
+                spark_conf=_spark_conf(args),
             )
         with _engine(args) as eng:
             if args.verb == "create-view":

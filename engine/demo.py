@@ -1,20 +1,24 @@
 """``incview demo``: a shop in Postgres, four views kept up to date while a writer changes it.
 
 The demo runs against ``--dsn`` / ``INCVIEW_DSN`` when given, else against the embedded server
-under ``--state-dir`` (``Engine(dsn=None)``). It (re)creates schema ``demo`` (customers, products,
+under ``--state-dir`` (``Engine(dsn=None)``), on the runner a user gets by default: Spark (each
+view populated by a Spark batch job, then kept up to date by its Structured Streaming query), or
+in-process with ``--runner local``. It (re)creates schema ``demo`` (customers, products,
 orders, order_items, all REPLICA IDENTITY FULL, a few thousand rows) and four views, whose result
 tables live in the same schema:
   * ``demo.revenue_by_segment``: order_items JOIN orders JOIN customers, GROUP BY segment
   * ``demo.orders_with_customers``: orders LEFT JOIN customers (orders of deleted customers stay)
   * ``demo.top3_orders_per_customer``: row_number() per customer <= 3 (a top-k)
   * ``demo.product_sales``: products LEFT JOIN order_items, GROUP BY product
-A writer thread inserts, updates and deletes in small transactions for ``seconds`` while the main
-loop calls ``catch_up()``. Every few seconds it pauses the writer, catches up and prints each
-view's lag, row count and whether its result table equals its query run by Postgres (EXCEPT ALL
-both ways). At the end it stops the writer, catches up, checks every view once more and prints
+A writer thread inserts, updates and deletes in small transactions for ``seconds`` while the views
+keep up (the streaming queries on Spark; the main loop's ``catch_up()`` in-process). Every few
+seconds it prints the writer's throughput and each view's lag measured while the writer runs, then
+pauses the writer, catches up and prints each view's row count and whether its result table
+equals its query run by Postgres (EXCEPT ALL both ways). At the end it stops the writer, catches up, checks every view once more and prints
 "all views equal their queries" (exit 0) or which view differs (exit 1); then it drops its views
 (and with the last one the slot) and the schema, so it can be re-run on the same state dir
-(``keep=True`` leaves them for inspection; the next run replaces them).
+(``keep=True`` leaves them for inspection; the next run replaces them), and prints the command
+that opens the same views in ``dagster dev`` (``definitions.py``; ``incview demo --dagster``).
 """
 
 from __future__ import annotations
@@ -256,18 +260,50 @@ def _differences(conn: psycopg.Connection, view: str, sql: str) -> tuple[int, in
     return missing, extra
 
 
-def _report(engine, conn: psycopg.Connection, writer: _Writer, elapsed: float) -> bool:
-    """Print one report; returns whether every view equals its query. The writer is paused
-    while the engine catches up and the result tables are compared, so both see the same data."""
+class _Throughput:
+    """The writer's row changes per second while it writes: each report's rate covers the time
+    since the previous report's pause ended (``restart``), not the pause itself (on Spark a
+    catch-up under pause takes seconds); ``overall`` is the rate over all the writing time."""
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.changes = 0
+        self.at = time.monotonic()
+        self.writing_s = 0.0
+
+    def __call__(self) -> float:
+        now, changes = time.monotonic(), self.writer.changes
+        self.writing_s += now - self.at
+        rate = (changes - self.changes) / max(now - self.at, 1e-9)
+        self.changes, self.at = changes, now
+        return rate
+
+    def restart(self) -> None:
+        """The writer resumed: the next interval starts now."""
+        self.changes, self.at = self.writer.changes, time.monotonic()
+
+    @property
+    def overall(self) -> float:
+        return self.writer.changes / max(self.writing_s, 1e-9)
+
+
+def _report(
+    engine, conn: psycopg.Connection, writer: _Writer, elapsed: float, rate: float, lags: dict
+) -> bool:
+    """Print one report; returns whether every view equals its query. The lag is read while the
+    writer runs; then the writer is paused while the engine catches up and the result tables
+    are compared, so both see the same data. ``lags`` collects every view's lags."""
     lag = {s.name: s.lag_ms for s in engine.list_views()}
+    for name, value in lag.items():
+        if value is not None:
+            lags.setdefault(name, []).append(value)
     with writer.pause:
         engine.catch_up()
         checks = {name: _differences(conn, name, sql) for name, sql in VIEWS.items()}
         rows = {s.name: s.rows for s in engine.list_views()}
-    rate = writer.changes / elapsed if elapsed > 0 else 0.0
     print(
-        f"t={elapsed:5.1f} s  {writer.transactions} transactions, {writer.changes} row changes "
-        f"({rate:,.0f}/s)"
+        f"t={elapsed:5.1f} s  writer: {writer.transactions} transactions, {writer.changes} row "
+        f"changes, {rate:,.0f} changes/s now"
     )
     ok = True
     for name in VIEWS:
@@ -290,6 +326,8 @@ def run_demo(
     seed: int = 1,
     report_every: float = 3.0,
     keep: bool = False,
+    runner: str = "spark",
+    spark_conf: dict[str, str] | None = None,
 ) -> int:
     """Run the demo (see the module docstring); returns the exit code (0: every view equal)."""
     from engine import Engine
@@ -297,23 +335,51 @@ def run_demo(
     where = f"database {_display_dsn(dsn)}" if dsn else f"embedded PostgreSQL in {state_dir}"
     print(f"incview demo: using the {where}")
     start = time.monotonic()
-    with Engine(dsn, state_dir, runner="local") as engine:
+    with Engine(dsn, state_dir, runner=runner, spark_conf=spark_conf) as engine:
         if engine.embedded is not None:
+            bindir = engine.embedded.bindir or ""
             print(
                 f"  embedded server: port {engine.embedded.port}, data "
                 f"{engine.embedded.data_dir} ({'started' if engine.embedded.started_here else 'already running'},"
-                f" {time.monotonic() - start:.1f} s)"
+                f" {time.monotonic() - start:.1f} s), binaries {bindir}"
             )
+        if runner == "spark":
+            print(
+                "  runner: spark (each view: population by a Spark batch job, then a Structured "
+                "Streaming query over the change stream)"
+            )
+        else:
+            print("  runner: local (in-process; the default is --runner spark)")
         with psycopg.connect(engine.dsn, autocommit=True) as conn:
             _reset_schema(conn, engine)
             try:
-                return _run(engine, conn, seconds, seed, report_every)
+                code = _run(engine, conn, seconds, seed, report_every)
             finally:
                 if not keep:
                     for name in VIEWS:
                         if name in {s.name for s in engine.list_views()}:
                             engine.drop_view(name)
                     conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")  # ours: checked
+    print(
+        "\nthe same views in Dagster (asset graph with lineage, checks, the streaming jobs' "
+        f"supervisor):\n  {dagster_command(dsn, state_dir)}"
+    )
+    return code
+
+
+def dagster_command(dsn: str | None, state_dir: str | Path) -> str:
+    """The command that opens the demo's views in ``dagster dev`` on the same database."""
+    env = "INCVIEW_DSN='<the same dsn>' " if dsn else ""
+    state = "" if Path(state_dir) == Path(".incview-demo") else f" --state-dir {state_dir}"
+    return f"{env}./scripts/demo.sh --dagster{state}"
+
+
+def create_view(engine, conn: psycopg.Connection, name: str, sql: str) -> str:
+    """Create one of the demo's views; returns how, for the demo's output. The one place that
+    creates them: a view created in SQL by the user's own session (``CALL incview.create_view``,
+    the commander, docs/commander.md) goes here, beside ``Engine.create_view``."""
+    engine.create_view(name, sql)
+    return "with Engine.create_view"
 
 
 def _run(engine, conn: psycopg.Connection, seconds: float, seed: int, report_every: float) -> int:
@@ -322,31 +388,55 @@ def _run(engine, conn: psycopg.Connection, seconds: float, seed: int, report_eve
         "(SELECT count(*) FROM demo.orders), (SELECT count(*) FROM demo.order_items)"
     ).fetchone()
     print("  schema demo: {} customers, {} products, {} orders, {} order_items".format(*counts))
+    if engine.runner == "spark":
+        print("  the first view starts Spark (its JVM: 10-45 s on two cores) ...", flush=True)
     for name, sql in VIEWS.items():
         t = time.monotonic()
-        engine.create_view(name, sql)
-        print(f"  created view {name} ({time.monotonic() - t:.2f} s)")
+        how = create_view(engine, conn, name, sql)
+        print(f"  created view {name} {how} ({time.monotonic() - t:.2f} s)", flush=True)
+    if engine.runner == "spark":
+        t = time.monotonic()
+        engine.catch_up()  # starts the views' streaming queries
+        print(f"  started {len(VIEWS)} streaming queries ({time.monotonic() - t:.2f} s)")
     writer = _Writer(engine.dsn, seed)
-    print(f"writer running for {seconds:g} s; a report every {report_every:g} s\n")
+    print(f"writer running for {seconds:g} s; a report every {report_every:g} s\n", flush=True)
     ok = True
+    lags: dict[str, list[float]] = {}
     start = last = time.monotonic()
+    throughput = _Throughput(writer)
     writer.start()
     try:
         while time.monotonic() - start < seconds and writer.error is None:
-            engine.catch_up()
+            if engine.runner == "local":
+                engine.catch_up()  # in-process, the views move when driven
             now = time.monotonic()
             if now - last >= report_every:
                 last = now
-                ok &= _report(engine, conn, writer, now - start)
-            time.sleep(0.02)
+                ok &= _report(engine, conn, writer, now - start, throughput(), lags)
+                throughput.restart()
+                last = time.monotonic()  # the next report: report_every of writing from now
+            time.sleep(0.02 if engine.runner == "local" else 0.1)
     finally:
         writer.stop.set()
         writer.join(timeout=30)
     if writer.error is not None:
         print(f"\nthe writer failed: {writer.error!r}")
         return 1
+    elapsed = time.monotonic() - start
     print("\nwriter stopped; final catch-up")
-    ok &= _report(engine, conn, writer, time.monotonic() - start)
+    ok &= _report(engine, conn, writer, elapsed, throughput(), {})
+    print(
+        f"\nthroughput: {writer.changes} row changes in {writer.transactions} transactions over "
+        f"{elapsed:.1f} s ({throughput.overall:,.0f} changes/s while writing) kept up by "
+        f"{len(VIEWS)} views ({engine.runner} runner)"
+    )
+    for name in VIEWS:
+        seen = lags.get(name)
+        if seen:
+            print(
+                f"  {name:<32} lag while writing: median {sorted(seen)[len(seen) // 2]:.0f} ms, "
+                f"max {max(seen):.0f} ms"
+            )
     if ok:
         print("\nall views equal their queries")
         return 0

