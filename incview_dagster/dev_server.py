@@ -174,14 +174,15 @@ class DagsterDev:
                 return None
         # its code server and run workers exit shortly after it
         deadline = time.monotonic() + 30
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while group_alive(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         return proc.returncode
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is still alive."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

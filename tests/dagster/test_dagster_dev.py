@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from incview_dagster import IncViewResource
+from incview_dagster.dev_server import group_alive
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
@@ -269,14 +270,6 @@ def test_dagster_dev_populates_a_demo_view_through_graphql(pg_dsn, tmp_path):
     assert code in (0, -signal.SIGTERM), f"dagster dev exit code {code}:\n{log.read_text()[-4000:]}"
     # dagster dev's code server and run workers exit too (shortly after dagster dev itself)
     deadline = time.monotonic() + 60
-    while _group_alive(proc.pid):
+    while group_alive(proc.pid):
         assert time.monotonic() < deadline, "dagster dev left processes behind"
         time.sleep(0.5)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
