@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Callable
 
@@ -90,12 +89,11 @@ class RecoveryMixin:
         return lost
 
     def _send_back(self, view: ViewRuntime, time_: int, message: str | None) -> None:
-        """Re-populate ``view`` at ``time_`` (its streaming query stopped, its Spark offsets
-        dropped: they restart from the state), then phase ``running`` with ``message`` as
+        """Re-populate ``view`` at ``time_`` (its streaming query stopped; it restarts from the
+        state, ``SparkRunnerMixin._start_streams``), then phase ``running`` with ``message`` as
         ``last_error`` (None: as the population left it). The caller rewinds the reader."""
         view.stop_stream()
         self._repopulate(view, time_)
-        shutil.rmtree(view.checkpoint, ignore_errors=True)
         # a view re-populated before it applied any change (state time POPULATION_TIME) needs
         # the changes after the slot's position, not after 0/1 (that would read as a lost slot)
         self.catalog.record_state({view.name: max(view.state_time, self.reader.confirmed_lsn())})
