@@ -108,12 +108,11 @@ COMMANDER_MIGRATION = f"""
         c record;
         expired integer;
     BEGIN
-        IF transaction_timestamp() <> statement_timestamp() THEN
-            RAISE EXCEPTION 'incview.% cannot run inside a transaction block', verb
-                USING ERRCODE = '25001',
-                      HINT = 'CALL it on its own, in autocommit mode (not between BEGIN and '
-                             'COMMIT): it commits its command so that the engine can see it';
-        END IF;
+        -- Inside a transaction block (BEGIN ... CALL) Postgres refuses this COMMIT with
+        -- "invalid transaction termination" (2D000), before anything is recorded: the CALL
+        -- must run on its own, in autocommit mode. (No SQL function tells a block apart
+        -- reliably: the timestamps differ in autocommit too under the extended protocol.)
+        COMMIT;
         IF verb <> 'explain' AND NOT pg_has_role(current_user, '{ADMIN_ROLE}', 'MEMBER') THEN
             RAISE EXCEPTION 'permission denied to run incview.%: only members of role '
                 '{ADMIN_ROLE} may create or drop views', verb

@@ -73,11 +73,17 @@ def test_no_engine_the_call_expires_and_is_never_claimed(pg_dsn, pg_conn, tmp_pa
             commander.close()
 
 
-def test_refused_inside_a_transaction_block_and_for_non_members(pg_dsn, pg_conn):
+def test_refused_in_a_transaction_block_and_for_non_members_allowed_with_parameters(
+    pg_dsn, pg_conn
+):
     ViewCatalog.open(pg_conn)
-    in_block = pytest.raises(psycopg.errors.ActiveSqlTransaction, match="transaction block")
+    in_block = pytest.raises(psycopg.errors.InvalidTransactionTermination)
     with psycopg.connect(pg_dsn) as conn, in_block:  # not autocommit: BEGIN first
         conn.execute("CALL incview.create_view('v', 'SELECT 1')")
+    expires = pytest.raises(psycopg.errors.QueryCanceled, match="no incview engine answered")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, expires:  # extended protocol
+        conn.execute("SET incview.command_timeout = '0.1'")
+        conn.execute("CALL incview.drop_view(%s)", ("v",))
     outsider = _role(pg_conn, admin=False)
     with _as(pg_dsn, outsider) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="incview_admin"):
@@ -86,7 +92,9 @@ def test_refused_inside_a_transaction_block_and_for_non_members(pg_dsn, pg_conn)
         assert conn.execute(f"SELECT count(*) FROM {SCHEMA}.commands").fetchone() == (0,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(f"INSERT INTO {SCHEMA}.commands (verb, caller) VALUES ('explain', 'x')")
-    assert pg_conn.execute(f"SELECT count(*) FROM {SCHEMA}.commands").fetchone() == (0,)
+    assert pg_conn.execute(f"SELECT caller, state FROM {SCHEMA}.commands").fetchall() == [
+        ("pgtester", "expired")  # the drop_view with parameters; none of the outsider's
+    ]
 
 
 def test_claims_oldest_first_and_a_killed_claim_is_resumed_once(pg_dsn, pg_conn, tmp_path):
