@@ -102,14 +102,14 @@ class Commander:
         if self.conn.closed or self.conn.broken:  # an outage: Engine.run reopened the rest
             self.conn.close()
             self._connect()
-            self.resume_interrupted()
+            self._next_poll = 0.0  # look for commands the outage interrupted
         woken = False
         for _ in self.conn.notifies(timeout=0):
             woken = True
         if not woken and time.monotonic() < self._next_poll:
             return False
         self._next_poll = time.monotonic() + POLL_S
-        changed = False
+        changed = self.resume_interrupted()  # e.g. another engine died holding one
         while (command := self.claim()) is not None:
             changed |= self.execute(command)
         return changed
@@ -136,17 +136,26 @@ class Commander:
             time.sleep(pause)
         return command
 
-    def resume_interrupted(self) -> None:
-        """Run again the ``running`` commands whose process died (nobody holds their lock)."""
+    def resume_interrupted(self) -> bool:
+        """Run again the ``running`` commands whose process died (nobody holds their lock);
+        True if views changed."""
         rows = self.conn.execute(
             f"SELECT id, verb, name, query, caller FROM {SCHEMA}.commands "
             "WHERE state = 'running' ORDER BY id"
         ).fetchall()
+        changed = False
         for row in rows:
             command = Command(*row)
             if self._lock(command.id, wait=False):
+                state = self.conn.execute(
+                    f"SELECT state FROM {SCHEMA}.commands WHERE id = %s", (command.id,)
+                ).fetchone()
+                if state != ("running",):  # answered between the read and the lock
+                    self._unlock(command.id)
+                    continue
                 log.warning("command %d (%s): resuming after an interruption", *row[:2])
-                self.execute(command)
+                changed |= self.execute(command)
+        return changed
 
     def execute(self, command: Command) -> bool:
         """Execute a claimed (and locked) ``command`` and record its answer; True if a view was
@@ -197,7 +206,11 @@ class Commander:
             eng.drop_view(name)
             return None, True
         if record is not None and record.sql == command.query and self._done_before(command):
-            return None, False  # created before an interruption (Engine finished it on open)
+            # created before an interruption (Engine finished it on open); granted again, in
+            # case the interruption came before the grant
+            if name in eng.views:
+                self._grant(name, command.caller)
+            return None, False
         self._check_can_read(command.caller, command.query or "")
         eng.create_view(name, command.query or "")
         self._grant(name, command.caller)
@@ -289,6 +302,9 @@ class Commander:
             "result = %s, finished_at = now() WHERE id = %s",
             (state, sqlstate, message, result, command_id),
         )
+        self._unlock(command_id)
+
+    def _unlock(self, command_id: int) -> None:
         self.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (self._lock_class, command_id))
         self._resumed.discard(command_id)
 
