@@ -85,7 +85,11 @@ class Commander:
         self._resumed: set[int] = set()  # commands being run again after an interruption
         self._next_poll = 0.0
         self._connect()
-        self.resume_interrupted()
+        try:
+            self.resume_interrupted()
+        except BaseException:
+            self.conn.close()  # with the advisory lock of a command it was resuming
+            raise
 
     def _connect(self) -> None:
         self.conn = psycopg.connect(self.engine.dsn, autocommit=True)

@@ -168,14 +168,10 @@ class RunningMixin:
         pid, host = os.getpid(), socket.gethostname()
         backoff = Backoff()
         lost: BaseException | None = None  # the outage being waited out
+        # the views commands issued in SQL (engine.commander), made once the database answers
+        want_commander = commands if commands is not None else every_view
         commander = None
         try:
-            if commands if commands is not None else every_view:  # views declared in SQL
-                from engine.commander import Commander
-
-                commander = Commander(self)
-                names = list(self.views) if every_view else names
-                running = [self.views[n] for n in names if n in self.views]
             next_beat = 0.0
             while not stop.is_set():
                 try:
@@ -186,6 +182,12 @@ class RunningMixin:
                         lost = None
                         next_beat = 0.0
                     if self.repair_due():
+                        running = [self.views[n] for n in names if n in self.views]
+                    if want_commander and commander is None:
+                        from engine.commander import Commander
+
+                        commander = Commander(self)  # resumes commands a crash interrupted
+                        names = list(self.views) if every_view else names
                         running = [self.views[n] for n in names if n in self.views]
                     if commander is not None and commander.step():  # created/dropped views
                         names = list(self.views) if every_view else names
