@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     drop.add_argument("name")
     catch = verbs.add_parser("catch-up", help="apply every change committed so far to every view")
     catch.add_argument("--timeout", type=float, default=60.0)
-    run = verbs.add_parser("run", help="keep the views up to date (streaming) until SIGINT/SIGTERM")
+    run = verbs.add_parser(
+        "run",
+        help="keep the views up to date (streaming) until SIGINT/SIGTERM; without --view, also "
+        "answer CALL incview.create_view/drop_view/explain issued in the database",
+    )
     run.add_argument(
         "--view", action="append", help="run only this view (repeatable); default all views"
     )
@@ -168,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
             elif args.verb == "run":
                 names = args.view or [v.name for v in eng.list_views()]
+                commands = "" if args.view else "; answering CALL incview.create_view(...)"
                 print(
-                    f"running {', '.join(names) or 'no views'} ({args.runner}); Ctrl-C stops",
+                    f"running {', '.join(names) or 'no views'} ({args.runner}){commands}; "
+                    "Ctrl-C stops",
                     flush=True,
                 )
                 eng.run(args.view)

@@ -161,6 +161,15 @@ def test_explain_answers_through_the_procedure(pg_dsn, pg_conn, tmp_path):
             runner.join(30)
 
 
+def test_incview_install_is_idempotent(pg_dsn, capsys):
+    from engine.cli import main
+
+    assert main(["--dsn", pg_dsn, "install"]) == 0
+    assert main(["--dsn", pg_dsn, "install"]) == 0
+    out = capsys.readouterr().out
+    assert f"installed (version {len(MIGRATIONS)})" in out and "incview_admin" in out
+
+
 def test_sqlstates_fit_the_engine_errors():
     assert sqlstate_of(UnsupportedSQL("syntax error at line 1, column 3: ...")) == "42601"
     assert sqlstate_of(UnsupportedSQL("unknown table x at line 1, column 15: x")) == "42P01"
