@@ -176,3 +176,32 @@ def test_sqlstates_fit_the_engine_errors():
     assert sqlstate_of(UnsupportedSQL("window frames are not supported")) == "0A000"
     assert sqlstate_of(ViewError("view v already exists: drop it first")) == "42P07"
     assert sqlstate_of(ViewError("no view named 'v'")) == "42P01"
+
+
+def test_quoted_names_reach_sql_as_identifiers(pg_dsn, pg_conn, tmp_path):
+    """A caller named like no plain identifier, a new schema and a name with quotes and a
+    semicolon: the view is created, granted, readable by its caller, and nothing else runs."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    pg_conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+    pg_conn.execute("INSERT INTO t VALUES (1, 10)")
+    ViewCatalog.open(pg_conn)
+    role = f"Odd-Role {uuid.uuid4().hex[:6]}"
+    pg_conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    pg_conn.execute(f'GRANT incview_admin TO "{role}"')
+    pg_conn.execute(f'GRANT SELECT ON t TO "{role}"')
+    name = 'New Schema.v"; DROP TABLE t; --'
+    with Engine(pg_dsn, tmp_path / "s", runner="local") as eng:
+        stop = threading.Event()
+        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
+        runner.start()
+        try:
+            with _as(pg_dsn, role, timeout="20") as conn:
+                conn.execute("CALL incview.create_view(%s, 'SELECT sum(v) AS s FROM t')", (name,))
+                rows = conn.execute('SELECT s FROM "New Schema"."v""; DROP TABLE t; --"')
+                assert rows.fetchall() == [(10,)]
+                listed = conn.execute("SELECT name, created_by FROM incview.list_views()")
+                assert listed.fetchall() == [(name, role)]
+        finally:
+            stop.set()
+            runner.join(30)
+    assert pg_conn.execute("SELECT to_regclass('t') IS NOT NULL").fetchone() == (True,)
