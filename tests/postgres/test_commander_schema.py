@@ -205,3 +205,32 @@ def test_quoted_names_reach_sql_as_identifiers(pg_dsn, pg_conn, tmp_path):
             stop.set()
             runner.join(30)
     assert pg_conn.execute("SELECT to_regclass('t') IS NOT NULL").fetchone() == (True,)
+
+
+def test_column_privileges_decide_like_postgres(pg_dsn, pg_conn, tmp_path):
+    """SELECT on some columns: a view reading only those (also in its WHERE) is created; one
+    reading another column is refused, naming the table, and nothing is created."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, g text, v int, pay int)")
+    pg_conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+    pg_conn.execute("INSERT INTO t VALUES (1, 'a', 10, 99), (2, 'b', 1, 98)")
+    ViewCatalog.open(pg_conn)
+    role = _role(pg_conn, admin=True)
+    pg_conn.execute(f"GRANT SELECT (id, g, v) ON t TO {role}")
+    with Engine(pg_dsn, tmp_path / "s", runner="local") as eng:
+        stop = threading.Event()
+        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
+        runner.start()
+        try:
+            with _as(pg_dsn, role, timeout="20") as conn:
+                conn.execute("CALL incview.create_view('ok', 'SELECT g FROM t WHERE v > 5')")
+                assert conn.execute("SELECT g FROM ok").fetchall() == [("a",)]
+                for query in ("SELECT g, pay FROM t", "SELECT g FROM t WHERE pay > 0"):
+                    with pytest.raises(
+                        psycopg.errors.InsufficientPrivilege, match="permission denied for table t"
+                    ):
+                        conn.execute("CALL incview.create_view('no', %s)", (query,))
+        finally:
+            stop.set()
+            runner.join(30)
+    assert pg_conn.execute("SELECT name FROM incview.views").fetchall() == [("ok",)]
+    assert pg_conn.execute("SELECT to_regclass('no')").fetchone() == (None,)
