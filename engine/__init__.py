@@ -8,8 +8,9 @@ and what the Dagster integration (``incview_dagster``) and other tools built on 
 so that they never reach into ``engine.postgres``, ``engine.spark`` or ``engine.sql``:
 ``ViewRecord`` and ``view_records(conn)`` (the catalog ``incview.views``), ``lsn_text`` (an LSN
 as Postgres writes it), ``EmbeddedPostgres`` (the private server of the embedded default),
-``spark_session`` (incview's configured SparkSession) and ``parse_query`` (a view's SQL as
-sqlglot's tree, with incview's checks).
+``spark_session`` (incview's configured SparkSession), ``parse_query`` (a view's SQL as
+sqlglot's tree, with incview's checks) and ``install_schema(dsn)`` (the ``incview`` schema with
+its SQL procedures, ``CALL incview.create_view``: ``engine.commander``).
 
 Everything but the error classes loads on first use, so that importing a submodule
 (``engine.dataflow``, ``engine.errors``) does not import the whole engine.
@@ -27,6 +28,7 @@ __all__ = [
     "ViewError",
     "ViewRecord",
     "ViewStatus",
+    "install_schema",
     "lsn_text",
     "parse_query",
     "spark_session",
@@ -42,6 +44,7 @@ _LAZY = {
     "ViewRecord": ("engine.postgres.view_catalog", "ViewRecord"),
     "view_records": ("engine.postgres.view_catalog", "view_records"),
     "lsn_text": ("engine.postgres.view_catalog", "int_to_lsn"),
+    "install_schema": ("engine.commander", "install"),
     "EmbeddedPostgres": ("engine.postgres.embedded", "EmbeddedPostgres"),
     "spark_session": ("engine.spark.session", "get_spark"),
     "parse_query": ("engine.sql.parse", "parse_query"),

@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     drop.add_argument("name")
     catch = verbs.add_parser("catch-up", help="apply every change committed so far to every view")
     catch.add_argument("--timeout", type=float, default=60.0)
-    run = verbs.add_parser("run", help="keep the views up to date (streaming) until SIGINT/SIGTERM")
+    run = verbs.add_parser(
+        "run",
+        help="keep the views up to date (streaming) until SIGINT/SIGTERM; without --view, also "
+        "answer CALL incview.create_view/drop_view/explain issued in the database",
+    )
     run.add_argument(
         "--view", action="append", help="run only this view (repeatable); default all views"
     )
@@ -80,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trigger-ms", type=int, default=50, help="micro-batch trigger interval (default 50)"
     )
     verbs.add_parser("list-views", help="views with phase, lag, rows, state size, last error")
+    verbs.add_parser(
+        "install",
+        help="install (or upgrade) the incview schema in the database: its catalog and the SQL "
+        "procedures (CALL incview.create_view...) that `incview run` answers",
+    )
     explain = verbs.add_parser("explain", help="print the logical, optimized and physical plans")
     explain.add_argument("sql")
     demo = verbs.add_parser(
@@ -134,8 +143,15 @@ def main(argv: list[str] | None = None) -> int:
                 runner=args.runner,
                 spark_conf=_spark_conf(args),
             )
+        if args.verb == "install" and args.dsn:
+            from engine.commander import install
+
+            print(install(args.dsn))
+            return 0
         with _engine(args) as eng:
-            if args.verb == "create-view":
+            if args.verb == "install":  # the embedded server: the Engine installed it on open
+                print("the incview schema is installed")
+            elif args.verb == "create-view":
                 eng.create_view(args.name, args.sql)
                 print(f"view {args.name} created")
             elif args.verb == "drop-view":
@@ -156,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
             elif args.verb == "run":
                 names = args.view or [v.name for v in eng.list_views()]
+                commands = "" if args.view else "; answering CALL incview.create_view(...)"
                 print(
-                    f"running {', '.join(names) or 'no views'} ({args.runner}); Ctrl-C stops",
+                    f"running {', '.join(names) or 'no views'} ({args.runner}){commands}; "
+                    "Ctrl-C stops",
                     flush=True,
                 )
                 eng.run(args.view)

@@ -135,13 +135,23 @@ class RunningMixin:
                 self._advancer.advance(target)
 
     def run(
-        self, views: Iterable[str] | None = None, *, heartbeat_s: float = 1.0, stop=None
+        self,
+        views: Iterable[str] | None = None,
+        *,
+        heartbeat_s: float = 1.0,
+        stop=None,
+        commands: bool | None = None,
     ) -> None:
         """Run the views (all open ones, or ``views``) until SIGINT/SIGTERM (or ``stop``, a
         ``threading.Event``, is set): one streaming query per view on Spark, or a polling loop
         in-process (runner local). Keeps a heartbeat per view in the catalog. Stops cleanly: a
         batch in flight commits (sink and state) first; the slot is never advanced past what
-        every view committed. Raises ViewError when a view's query fails."""
+        every view committed. Raises ViewError when a view's query fails.
+
+        ``commands`` (default: when running all views): also answer the views commands issued
+        in SQL (``CALL incview.create_view``, ``engine.commander``); views created that way are
+        run too, dropped ones stop."""
+        every_view = views is None
         names = list(self.views) if views is None else list(views)
         missing = [n for n in names if n not in self.views]
         if missing:
@@ -158,6 +168,9 @@ class RunningMixin:
         pid, host = os.getpid(), socket.gethostname()
         backoff = Backoff()
         lost: BaseException | None = None  # the outage being waited out
+        # the views commands issued in SQL (engine.commander), made once the database answers
+        want_commander = commands if commands is not None else every_view
+        commander = None
         try:
             next_beat = 0.0
             while not stop.is_set():
@@ -170,17 +183,36 @@ class RunningMixin:
                         next_beat = 0.0
                     if self.repair_due():
                         running = [self.views[n] for n in names if n in self.views]
+                    if want_commander and commander is None:
+                        from engine.commander import Commander
+
+                        commander = Commander(self)  # resumes commands a crash interrupted
+                        names = list(self.views) if every_view else names
+                        running = [self.views[n] for n in names if n in self.views]
+                    if commander is not None and commander.step():  # created/dropped views
+                        names = list(self.views) if every_view else names
+                        running = [self.views[n] for n in names if n in self.views]
+                        next_beat = 0.0
                     if self.runner == "spark":
                         self._start_streams(running)
-                    self._run_once(running)
-                    if time.monotonic() >= next_beat:
+                    if running:  # (no view yet: waiting for CALL incview.create_view)
+                        self._run_once(running)
+                    if running and time.monotonic() >= next_beat:
                         self.check_sources()
                         self.check_slot()
                         self.check_partitions()
                         running = [v for v in running if v.name in self.views]
-                        lags = {s.name: s.lag_ms for s in self.list_views() if s.name in names}
+                        status = {s.name: s for s in self.list_views() if s.name in names}
                         for view in running:
-                            self.catalog.heartbeat(view.name, pid, host, lags.get(view.name))
+                            s = status.get(view.name)
+                            self.catalog.heartbeat(
+                                view.name,
+                                pid,
+                                host,
+                                s.lag_ms if s else None,
+                                rows=s.rows if s else None,
+                                state_bytes=s.state_bytes if s else None,
+                            )
                         self._slot_keeper.request()  # also records the state LSNs of quiet views
                         next_beat = time.monotonic() + heartbeat_s
                     backoff.reset()
@@ -208,6 +240,8 @@ class RunningMixin:
                 log.warning("stopping while the database is unreachable: %s", e)
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
+            if commander is not None:
+                commander.close()
 
     def _run_once(self, running: list[ViewRuntime]) -> None:
         """One step of ``run``: a poll of the slot (runner local), or a check of the streams."""

@@ -21,7 +21,12 @@ Example::
     )
 """
 
-from incview_dagster.assets import build_view_assets, incremental_views, sql_code_version
+from incview_dagster.assets import (
+    build_view_assets,
+    database_views,
+    incremental_views,
+    sql_code_version,
+)
 from incview_dagster.checks import (
     build_lag_within_check,
     build_matches_full_recompute_check,
@@ -52,6 +57,7 @@ __all__ = [
     "build_view_assets",
     "build_view_checks",
     "compare_with_full_recompute",
+    "database_views",
     "incremental_views",
     "source_tables",
     "sql_code_version",

@@ -171,6 +171,24 @@ def build_view_assets(
     return out
 
 
+def database_views(resource: IncViewResource, declared: Sequence[IncView] = ()) -> list[IncView]:
+    """The catalog's views (``incview.views``: e.g. created with ``CALL incview.create_view``)
+    that ``declared`` does not name (by result table), as ``IncView`` declarations."""
+    taken = {v.qualified_name for v in declared}
+    out = []
+    for record in resource.view_records().values():
+        view = IncView(
+            record.name,
+            record.sql,
+            description=f"incview view {record.name}, declared in the database "
+            "(CALL incview.create_view)",
+        )
+        if record.phase != "dropping" and view.qualified_name not in taken:
+            taken.add(view.qualified_name)
+            out.append(view)
+    return out
+
+
 def incremental_views(
     views: Sequence[IncView],
     *,
@@ -183,12 +201,21 @@ def incremental_views(
     supervisor_interval_s: int = 30,
     max_recovery_attempts: int = 3,
     recovery_backoff_s: float = 30.0,
+    include_database_views: bool = False,
 ) -> Definitions:
     """Everything Dagster needs for ``views``: assets, source specs, the two checks per view,
     the population job, the supervisor and recovery sensors, and ``resource`` (under the key
-    ``incview``) when given. Merge with your own with ``Definitions.merge``."""
+    ``incview``) when given. Merge with your own with ``Definitions.merge``.
+
+    ``include_database_views``: also the views of the database's catalog (those created in SQL
+    with ``CALL incview.create_view``, read through ``resource`` when the code location loads);
+    a view declared here and in the database is one asset, as declared here."""
     translator = translator or IncViewTranslator()
     views = list(views)
+    if include_database_views:
+        if resource is None:
+            raise ValueError("include_database_views=True needs resource=IncViewResource(...)")
+        views += database_views(resource, views)
     assets = build_view_assets(views, translator, declare_sources=declare_sources)
     keys = [translator.get_asset_key(v) for v in views]
     job = define_asset_job(

@@ -17,6 +17,184 @@ import psycopg
 
 SCHEMA = "incview"
 
+ADMIN_ROLE = "incview_admin"  # members may create and drop views from SQL
+COMMANDS_CHANNEL = "incview_commands"  # NOTIFY'd by the procedures, LISTENed by the commander
+
+# Version 7: views declared from inside Postgres. ``incview.commands`` (one row per CALL; row
+# level security lets a role see and expire only its own commands), the role ``incview_admin``
+# (created when missing; an engine role without CREATEROLE gets a warning and no role: then only
+# superusers may create views from SQL), the procedures ``create_view``/``drop_view``/``explain``
+# (SECURITY INVOKER: procedures that COMMIT cannot be SECURITY DEFINER or carry SET clauses),
+# ``list_views()`` (SECURITY DEFINER: anybody may list views) and the catalog columns that
+# ``list_views()`` shows. The procedures wait in ``incview._await``: insert, NOTIFY, COMMIT, then
+# poll; ``incview.command_timeout`` (seconds, or an interval such as '500ms'; default 30 s) bounds
+# the wait for an engine to claim the command, after which it is marked expired (never run).
+COMMANDER_MIGRATION = f"""
+    DO $do$
+    BEGIN
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ADMIN_ROLE}') THEN
+            CREATE ROLE {ADMIN_ROLE} NOLOGIN;
+        END IF;
+    EXCEPTION
+        WHEN duplicate_object THEN NULL;  -- another database of the cluster created it just now
+        WHEN insufficient_privilege THEN
+            RAISE WARNING 'incview could not create role {ADMIN_ROLE}: only superusers may '
+                'create views from SQL until a superuser runs CREATE ROLE {ADMIN_ROLE} NOLOGIN';
+    END
+    $do$;
+
+    ALTER TABLE {SCHEMA}.views
+        ADD COLUMN IF NOT EXISTS created_by name DEFAULT current_user,
+        ADD COLUMN IF NOT EXISTS result_rows bigint,
+        ADD COLUMN IF NOT EXISTS state_bytes bigint;
+
+    CREATE TABLE IF NOT EXISTS {SCHEMA}.commands (
+        id bigserial PRIMARY KEY,
+        verb text NOT NULL CHECK (verb IN ('create_view', 'drop_view', 'explain')),
+        name text,
+        query text,
+        state text NOT NULL DEFAULT 'pending'
+            CHECK (state IN ('pending', 'running', 'done', 'failed', 'expired')),
+        caller name NOT NULL DEFAULT current_user,
+        sqlstate text,
+        message text,
+        result text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        claimed_at timestamptz,
+        claimed_pid integer,
+        finished_at timestamptz
+    );
+    CREATE INDEX IF NOT EXISTS commands_open ON {SCHEMA}.commands (id)
+        WHERE state IN ('pending', 'running');
+    ALTER TABLE {SCHEMA}.commands ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS own_commands ON {SCHEMA}.commands;
+    CREATE POLICY own_commands ON {SCHEMA}.commands FOR SELECT USING (caller = current_user);
+    DROP POLICY IF EXISTS submit_command ON {SCHEMA}.commands;
+    CREATE POLICY submit_command ON {SCHEMA}.commands FOR INSERT
+        WITH CHECK (caller = current_user AND state = 'pending');
+    DROP POLICY IF EXISTS expire_command ON {SCHEMA}.commands;
+    CREATE POLICY expire_command ON {SCHEMA}.commands FOR UPDATE
+        USING (caller = current_user AND state = 'pending')
+        WITH CHECK (caller = current_user AND state = 'expired');
+    GRANT USAGE ON SCHEMA {SCHEMA} TO PUBLIC;
+    GRANT SELECT (id, verb, name, state, caller, sqlstate, message, result, created_at,
+                  claimed_pid),
+          INSERT (verb, name, query),
+          UPDATE (state)
+        ON {SCHEMA}.commands TO PUBLIC;
+    GRANT USAGE ON SEQUENCE {SCHEMA}.commands_id_seq TO PUBLIC;
+
+    CREATE OR REPLACE FUNCTION {SCHEMA}.command_timeout() RETURNS interval
+    LANGUAGE plpgsql STABLE AS $fn$
+    DECLARE
+        setting text := nullif(btrim(current_setting('incview.command_timeout', true)), '');
+    BEGIN
+        IF setting IS NULL THEN
+            RETURN interval '30 seconds';
+        ELSIF setting ~ '^[0-9]+([.][0-9]*)?$' THEN
+            RETURN make_interval(secs => setting::double precision);
+        END IF;
+        RETURN setting::interval;
+    END
+    $fn$;
+
+    CREATE OR REPLACE PROCEDURE {SCHEMA}._await(
+        verb text, view_name text, view_query text, INOUT answer text
+    )
+    LANGUAGE plpgsql AS $fn$
+    DECLARE
+        command_id bigint;
+        deadline timestamptz;
+        c record;
+        expired integer;
+    BEGIN
+        -- Inside a transaction block (BEGIN ... CALL) Postgres refuses this COMMIT with
+        -- "invalid transaction termination" (2D000), before anything is recorded: the CALL
+        -- must run on its own, in autocommit mode. (No SQL function tells a block apart
+        -- reliably: the timestamps differ in autocommit too under the extended protocol.)
+        COMMIT;
+        IF verb <> 'explain' AND NOT pg_has_role(current_user, '{ADMIN_ROLE}', 'MEMBER') THEN
+            RAISE EXCEPTION 'permission denied to run incview.%: only members of role '
+                '{ADMIN_ROLE} may create or drop views', verb
+                USING ERRCODE = '42501',
+                      HINT = format('a superuser can run: GRANT {ADMIN_ROLE} TO %I', current_user);
+        END IF;
+        INSERT INTO {SCHEMA}.commands (verb, name, query) VALUES (verb, view_name, view_query)
+            RETURNING id INTO command_id;
+        PERFORM pg_notify('{COMMANDS_CHANNEL}', command_id::text);
+        COMMIT;
+        deadline := clock_timestamp() + {SCHEMA}.command_timeout();
+        LOOP
+            SELECT k.state, k.sqlstate, k.message, k.result, k.claimed_pid INTO c
+                FROM {SCHEMA}.commands k WHERE k.id = command_id;
+            IF c.state = 'done' THEN
+                answer := c.result;
+                RETURN;
+            ELSIF c.state = 'failed' THEN
+                RAISE EXCEPTION USING MESSAGE = c.message, ERRCODE = coalesce(c.sqlstate, 'XX000');
+            ELSIF clock_timestamp() > deadline AND c.state = 'pending' THEN
+                UPDATE {SCHEMA}.commands k SET state = 'expired'
+                    WHERE k.id = command_id AND k.state = 'pending';
+                GET DIAGNOSTICS expired = ROW_COUNT;
+                IF expired = 1 THEN
+                    COMMIT;
+                    RAISE EXCEPTION 'no incview engine answered incview.% within %: command % '
+                        'expired and will never run', verb, {SCHEMA}.command_timeout(), command_id
+                        USING ERRCODE = '57014',
+                              HINT = 'start `incview run` (or the Dagster job that runs the '
+                                     'views), then CALL again; SET incview.command_timeout '
+                                     'waits longer';
+                END IF;
+            ELSIF clock_timestamp() > deadline AND c.state = 'running' AND NOT EXISTS (
+                SELECT FROM pg_stat_activity a WHERE a.pid = c.claimed_pid
+            ) THEN
+                RAISE EXCEPTION 'the incview engine stopped while running command % (incview.%)',
+                    command_id, verb
+                    USING ERRCODE = '57P01',
+                          HINT = 'the next start of `incview run` (or the Dagster job) finishes '
+                                 'it exactly once: see SELECT * FROM incview.list_views()';
+            END IF;
+            COMMIT;
+            PERFORM pg_sleep(0.05);
+        END LOOP;
+    END
+    $fn$;
+
+    CREATE OR REPLACE PROCEDURE {SCHEMA}.create_view(name text, query text)
+    LANGUAGE plpgsql AS $fn$
+    DECLARE
+        answer text;
+    BEGIN
+        CALL {SCHEMA}._await('create_view', name, query, answer);
+    END
+    $fn$;
+
+    CREATE OR REPLACE PROCEDURE {SCHEMA}.drop_view(name text)
+    LANGUAGE plpgsql AS $fn$
+    DECLARE
+        answer text;
+    BEGIN
+        CALL {SCHEMA}._await('drop_view', name, NULL, answer);
+    END
+    $fn$;
+
+    CREATE OR REPLACE PROCEDURE {SCHEMA}.explain(query text, INOUT plan text DEFAULT NULL)
+    LANGUAGE plpgsql AS $fn$
+    BEGIN
+        CALL {SCHEMA}._await('explain', NULL, query, plan);
+    END
+    $fn$;
+
+    CREATE OR REPLACE FUNCTION {SCHEMA}.list_views()
+    RETURNS TABLE (name text, phase text, lag_ms double precision, "rows" bigint,
+                   state_bytes bigint, last_error text, created_at timestamptz, created_by name)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+        SELECT v.name, v.phase, v.lag_ms, v.result_rows, v.state_bytes, v.last_error, v.created,
+               v.created_by
+        FROM {SCHEMA}.views v ORDER BY v.name
+    $fn$;
+"""
+
 # Each entry runs once, in order; never edit a released migration, append a new one.
 MIGRATIONS: tuple[str, ...] = (
     f"""
@@ -66,6 +244,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE {SCHEMA}.views ADD CONSTRAINT views_phase_check
         CHECK (phase IN ('populating', 'running', 'error', 'sink_error', 'dropping'));
     """,
+    # the commander (engine.commander, docs/commander.md): views created from SQL
+    COMMANDER_MIGRATION,
 )
 
 
@@ -188,13 +368,23 @@ class ViewCatalog:
         )
 
     def heartbeat(
-        self, name: str, pid: int | None = None, host: str | None = None, lag_ms=None
+        self,
+        name: str,
+        pid: int | None = None,
+        host: str | None = None,
+        lag_ms=None,
+        *,
+        rows: int | None = None,
+        state_bytes: int | None = None,
     ) -> None:
-        """The view's streaming job is alive (in process ``pid`` on ``host``, ``lag_ms`` behind)."""
+        """The view's streaming job is alive (in process ``pid`` on ``host``, ``lag_ms`` behind;
+        its result table has ``rows`` rows, its state ``state_bytes`` bytes, when given)."""
         self.conn.execute(
             f"UPDATE {SCHEMA}.views SET heartbeat = now(), runner_pid = coalesce(%s, runner_pid), "
-            "runner_host = coalesce(%s, runner_host), lag_ms = %s WHERE name = %s",
-            (pid, host, lag_ms, name),
+            "runner_host = coalesce(%s, runner_host), lag_ms = %s, "
+            "result_rows = coalesce(%s, result_rows), state_bytes = coalesce(%s, state_bytes) "
+            "WHERE name = %s",
+            (pid, host, lag_ms, rows, state_bytes, name),
         )
 
     def stopped(self, name: str) -> None:
