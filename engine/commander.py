@@ -22,6 +22,11 @@ column the query reads) to create or explain; the result table is granted (SELEC
 Names reach SQL only as ``psycopg.sql.Identifier`` or bind parameters. This module must not plan
 or maintain views itself: it calls the Engine.
 
+A commands-only process (no view of its own: ``Engine(views=[])``, as under Dagster, where each
+view runs in its own streaming job) gives the Commander a ``ViewHandoff``: each view it creates
+is released (``Engine.release_view``) and handed to its own job, and a view is taken from its
+job before it is dropped, all under the handoff's lock of that view.
+
 Example (what ``Engine.run`` does)::
 
     commander = Commander(engine)
@@ -33,11 +38,13 @@ Example (what ``Engine.run`` does)::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 from psycopg import sql
@@ -77,11 +84,26 @@ class CommandFailed(Exception):
         self.sqlstate = sqlstate
 
 
+class ViewHandoff(Protocol):
+    """Where a commands-only process sends the views it creates (``incview_dagster``: to each
+    view's streaming job)."""
+
+    def holding(self, name: str) -> AbstractContextManager[None]:
+        """Held while the view is created (and handed over) or dropped."""
+
+    def take_over(self, name: str) -> None:
+        """Run the view, created and released by this process, elsewhere."""
+
+    def give_back(self, name: str) -> None:
+        """Stop running the view elsewhere (it is about to be dropped here)."""
+
+
 class Commander:
     """Claims, runs and answers ``incview.commands`` for one Engine (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, handoff: ViewHandoff | None = None) -> None:
         self.engine = engine
+        self.handoff = handoff
         self._resumed: set[int] = set()  # commands being run again after an interruption
         self._next_poll = 0.0
         self._connect()
@@ -203,22 +225,42 @@ class Commander:
                 f"{command.caller} is not a member of {ADMIN_ROLE}",
             )
         name = command.name or ""
+        holding = self.handoff.holding(name) if self.handoff else contextlib.nullcontext()
+        with holding:
+            return self._create_or_drop(command, name)
+
+    def _create_or_drop(self, command: Command, name: str) -> tuple[None, bool]:
+        eng = self.engine
         record = eng.catalog.get(name)
         if command.verb == "drop_view":
             if record is None and self._done_before(command):
                 return None, False  # dropped before an interruption
+            if record is not None and self.handoff is not None:
+                self.handoff.give_back(name)
             eng.drop_view(name)
             return None, True
         if record is not None and record.sql == command.query and self._done_before(command):
             # created before an interruption (Engine finished it on open); granted again, in
             # case the interruption came before the grant
-            if name in eng.views:
+            if name in eng.views or (self.handoff is not None and record.phase != "populating"):
                 self._grant(name, command.caller)
-            return None, False
+                self._hand_over(name)
+                return None, False
+            if self.handoff is None:
+                return None, False  # it broke on open: list_views() says why
+            # a commands-only process does not open views: a creation cut short starts over
+            eng.drop_view(name)
         self._check_can_read(command.caller, command.query or "")
         eng.create_view(name, command.query or "")
         self._grant(name, command.caller)
+        self._hand_over(name)
         return None, True
+
+    def _hand_over(self, name: str) -> None:
+        """A commands-only process lets the view's own job run it (see ``ViewHandoff``)."""
+        if self.handoff is not None:
+            self.engine.release_view(name)
+            self.handoff.take_over(name)
 
     def _done_before(self, command: Command) -> bool:
         """Whether ``command`` was claimed before (it is being resumed, not run the first time)."""

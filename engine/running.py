@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -26,6 +27,9 @@ from engine.engine_names import (
 from engine.errors import ViewError
 from engine.outage import Backoff, is_outage
 from engine.view_runtime import ViewRuntime
+
+if TYPE_CHECKING:
+    from engine.commander import ViewHandoff
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +144,7 @@ class RunningMixin:
         *,
         heartbeat_s: float = 1.0,
         stop=None,
-        commands: bool | None = None,
+        commands: bool | ViewHandoff | None = None,
     ) -> None:
         """Run the views (all open ones, or ``views``) until SIGINT/SIGTERM (or ``stop``, a
         ``threading.Event``, is set): one streaming query per view on Spark, or a polling loop
@@ -150,7 +154,9 @@ class RunningMixin:
 
         ``commands`` (default: when running all views): also answer the views commands issued
         in SQL (``CALL incview.create_view``, ``engine.commander``); views created that way are
-        run too, dropped ones stop."""
+        run too, dropped ones stop. A ``ViewHandoff`` (``engine.commander``) instead of True:
+        answer them, and hand each view created to its own process (``views=[]``: this one runs
+        none)."""
         every_view = views is None
         names = list(self.views) if views is None else list(views)
         missing = [n for n in names if n not in self.views]
@@ -186,7 +192,9 @@ class RunningMixin:
                     if want_commander and commander is None:
                         from engine.commander import Commander
 
-                        commander = Commander(self)  # resumes commands a crash interrupted
+                        handoff = None if isinstance(commands, bool) else commands
+                        # it resumes the commands a crash interrupted
+                        commander = Commander(self, handoff)
                         names = list(self.views) if every_view else names
                         running = [self.views[n] for n in names if n in self.views]
                     if commander is not None and commander.step():  # created/dropped views

@@ -148,7 +148,11 @@ class ViewLifecycleMixin:
         if record is None:
             raise ViewError(f"no view named {name!r}")
         result = f"{record.result_schema}.{record.result_table}"
-        readers = sorted(n for n, v in self.views.items() if n != name and result in v.inputs)
+        readers = sorted(
+            r.name
+            for r in self.catalog.all()
+            if r.name != name and r.phase != "dropping" and result in self._inputs_or_none(r)
+        )
         if readers:
             raise ViewError(
                 f"view {name} is read by view(s) {', '.join(readers)}: drop those first "
@@ -164,6 +168,32 @@ class ViewLifecycleMixin:
             view.close()
         self._drop_remains(record)
         self._release_sources()
+
+    def release_view(self, name: str) -> None:
+        """Close the view's state in this process and stop running it here, leaving it in the
+        catalog: another process (its own streaming job) takes it over (RocksDB state is
+        single-process)."""
+        view = self.views.pop(name, None)
+        if view is None:
+            return
+        if self._only is not None:
+            self._only.discard(name)
+        with self._advance_lock:  # its state LSN as the slot keeper reads it
+            self._record_states([view])
+        view.stop_stream()
+        view.close()
+
+    def _inputs_of(self, record: ViewRecord) -> list[str] | set[str]:
+        """The tables a view of the catalog reads, whether this process opened it or not."""
+        view = self.views.get(record.name)
+        return view.inputs if view is not None else self._tables_needed_by(record)
+
+    def _inputs_or_none(self, record: ViewRecord) -> list[str] | set[str]:
+        """``_inputs_of``, or nothing for a view whose SQL no longer plans (its tables gone)."""
+        try:
+            return self._inputs_of(record)
+        except IncviewError:
+            return []
 
     def _drop_remains(self, record: ViewRecord) -> None:
         """What a view leaves in the database and on disk: result table, state, catalog row."""
@@ -183,8 +213,7 @@ class ViewLifecycleMixin:
             for r in others:
                 if r.name in self.broken or r.phase == "dropping":
                     continue  # not maintained: its tables may be gone
-                v = self.views.get(r.name)
-                needed.update(v.inputs if v is not None else self._tables_needed_by(r))
+                needed.update(self._inputs_of(r))
             self.reader.set_tables(sorted(needed), adopt_children=True)
 
     def _tables_needed_by(self, record: ViewRecord) -> list[str]:

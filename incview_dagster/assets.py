@@ -48,9 +48,11 @@ from dagster import (
 )
 
 from incview_dagster.checks import build_view_checks
+from incview_dagster.commander_ops import build_commander_job
 from incview_dagster.lineage import view_lineage
 from incview_dagster.resource import IncViewResource, PopulationReport
 from incview_dagster.sensors import (
+    TAG_DECLARED_IN,
     TAG_NOT_BEFORE,
     TAG_REASON,
     build_recovery_sensor,
@@ -173,7 +175,8 @@ def build_view_assets(
 
 def database_views(resource: IncViewResource, declared: Sequence[IncView] = ()) -> list[IncView]:
     """The catalog's views (``incview.views``: e.g. created with ``CALL incview.create_view``)
-    that ``declared`` does not name (by result table), as ``IncView`` declarations."""
+    that ``declared`` does not name (by result table), as ``IncView`` declarations (tagged
+    ``TAG_DECLARED_IN``: the supervisor never re-creates one dropped in SQL)."""
     taken = {v.qualified_name for v in declared}
     out = []
     for record in resource.view_records().values():
@@ -182,6 +185,7 @@ def database_views(resource: IncViewResource, declared: Sequence[IncView] = ()) 
             record.sql,
             description=f"incview view {record.name}, declared in the database "
             "(CALL incview.create_view)",
+            tags={TAG_DECLARED_IN: "database"},
         )
         if record.phase != "dropping" and view.qualified_name not in taken:
             taken.add(view.qualified_name)
@@ -209,7 +213,9 @@ def incremental_views(
 
     ``include_database_views``: also the views of the database's catalog (those created in SQL
     with ``CALL incview.create_view``, read through ``resource`` when the code location loads);
-    a view declared here and in the database is one asset, as declared here."""
+    a view declared here and in the database is one asset, as declared here. The supervisor then
+    also keeps the commander's process running (job ``incview_commander``), which answers those
+    CALLs and starts each new view's streaming job at once, before the next load."""
     translator = translator or IncViewTranslator()
     views = list(views)
     if include_database_views:
@@ -234,11 +240,13 @@ def incremental_views(
             startup_grace_s=startup_grace_s,
         )
     ]
+    commander = build_commander_job() if include_database_views else None
     sensors = [
         build_supervisor_sensor(
             views,
             translator,
             job,
+            commander_job=commander,
             interval_s=supervisor_interval_s,
             heartbeat_timeout_s=heartbeat_timeout_s,
             startup_grace_s=startup_grace_s,
@@ -255,7 +263,7 @@ def incremental_views(
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[job],
+        jobs=[job] if commander is None else [job, commander],
         sensors=sensors,
         resources={RESOURCE_KEY: resource} if resource is not None else None,
     )

@@ -8,8 +8,11 @@ its output goes to ``STATE_DIR/jobs/NAME.log``. ``stop`` sends SIGTERM (the engi
 waits, then SIGKILLs. ``lock`` serialises everything that touches one view's state (population,
 recovery, restart) across processes with ``flock`` on ``STATE_DIR/jobs/NAME.lock``: RocksDB state
 is single-process. The DSN reaches the job through ``INCVIEW_DSN`` (never the command line, where
-``ps`` shows it), the Spark settings through ``INCVIEW_SPARK_CONF`` (JSON). This module starts and
-stops processes only: it must not populate views or read the catalog.
+``ps`` shows it), the Spark settings through ``INCVIEW_SPARK_CONF`` (JSON). The commander's process
+(``COMMANDER_JOB``: ``python -m incview_dagster.commander_job``, which answers ``CALL
+incview.create_view`` and starts the job of each view it creates) is launched, found and stopped
+the same way under the name ``COMMANDER_JOB``. This module starts and stops processes only: it
+must not populate views or read the catalog.
 """
 
 import contextlib
@@ -42,8 +45,14 @@ class StreamingJobStatus:
     log_path: Path
 
 
+# the launcher's name of the commander's process (no view is named so: it is not schema.table)
+COMMANDER_JOB = "_commander"
+COMMANDER_MODULE = "incview_dagster.commander_job"
+
+
 def _process_alive(pid: int, view: str) -> bool:
-    """``pid`` runs (not a zombie) and, where ``/proc`` tells, is that view's ``run`` process."""
+    """``pid`` runs (not a zombie) and, where ``/proc`` tells, is that view's ``run`` process
+    (or, for ``COMMANDER_JOB``, the commander's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,6 +69,8 @@ def _process_alive(pid: int, view: str) -> bool:
         cmdline = (proc / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    if view == COMMANDER_JOB:
+        return COMMANDER_MODULE.encode() in cmdline
     return b"run" in cmdline and view.encode() in cmdline
 
 
@@ -89,6 +100,16 @@ class StreamingJobLauncher:
         return self.jobs_dir / f"{view}.log"
 
     def command(self, view: str) -> list[str]:
+        if view == COMMANDER_JOB:
+            return [
+                self.python,
+                "-m",
+                COMMANDER_MODULE,
+                "--state-dir",
+                str(self.state_dir),
+                "--runner",
+                self.runner,
+            ]
         return [
             self.python,
             "-m",

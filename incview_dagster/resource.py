@@ -34,7 +34,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from engine import ViewError, ViewRecord, view_records
-from incview_dagster.jobs import StreamingJobLauncher, StreamingJobStatus
+from incview_dagster.jobs import COMMANDER_JOB, StreamingJobLauncher, StreamingJobStatus
 from incview_dagster.lineage import source_tables
 from incview_dagster.view import IncView
 
@@ -150,6 +150,14 @@ class IncViewResource(ConfigurableResource):
         return StreamingJobLauncher(
             self.state_path, self.get_dsn(), self.runner, dict(self.spark_conf)
         )
+
+    def start_commander(self) -> StreamingJobStatus:
+        """Start the commander's process (``incview_dagster.commander_job``: it answers ``CALL
+        incview.create_view``) unless it runs; its status."""
+        jobs = self.streaming_jobs()
+        with jobs.lock(COMMANDER_JOB):
+            status = jobs.status(COMMANDER_JOB)
+            return status if status.alive else jobs.start(COMMANDER_JOB)
 
     # -- population / recovery -----------------------------------------------------------------
     def populate(self, view: IncView, log: Any = None) -> PopulationReport:

@@ -45,6 +45,7 @@ from dagster import (
 
 from engine import lsn_text
 from incview_dagster.health import POPULATING, RUNNING, ViewHealth, assess_view
+from incview_dagster.jobs import COMMANDER_JOB
 from incview_dagster.lineage import view_lineage
 from incview_dagster.resource import IncViewResource
 from incview_dagster.translator import IncViewTranslator
@@ -62,6 +63,7 @@ TAG_VIEW = "incview/view"
 TAG_REASON = "incview/reason"  # population | redefinition | resume | recovery
 TAG_ATTEMPT = "incview/attempt"  # recovery attempt after failed runs (0: first request)
 TAG_NOT_BEFORE = "incview/not_before"  # ISO time the view asset waits for (backoff)
+TAG_DECLARED_IN = "incview/declared_in"  # "database": a view created in SQL (CALL ...)
 
 
 def backoff_seconds(attempt: int, base_s: float, max_s: float) -> float:
@@ -173,15 +175,17 @@ def build_supervisor_sensor(
     max_backoff_s: float = 600.0,
     stable_after_s: float = 900.0,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    commander_job: Any = None,
 ) -> SensorDefinition:
-    """The supervisor sensor of ``views`` (see the module docstring); requests runs of ``job``."""
+    """The supervisor sensor of ``views`` (see the module docstring); requests runs of ``job``,
+    and of ``commander_job`` (when given) whenever the commander's process is not alive."""
     views = list(views)
     lineage = view_lineage(views)
     keys = {translator.get_asset_key(v): v for v in views}
 
     @sensor(
         name=name,
-        job=job,
+        jobs=[job] if commander_job is None else [job, commander_job],
         minimum_interval_seconds=interval_s,
         default_status=default_status,
         description=(
@@ -202,8 +206,15 @@ def build_supervisor_sensor(
         requests: list[RunRequest] = []
         events: list[Any] = []
         notes: list[str] = []
+        if commander_job is not None:
+            request = _commander_request(context, jobs, commander_job.name)
+            if request is not None:
+                requests.append(request)
         for key, view in keys.items():
             record = records.get(view.name)
+            if record is None and view.tags.get(TAG_DECLARED_IN) == "database":
+                notes.append(f"{view.name}: dropped in SQL (its asset goes on the next load)")
+                continue
             health = assess_view(
                 view.name,
                 record,
@@ -281,6 +292,7 @@ def build_supervisor_sensor(
             context.log.info(f"requesting {reason} of view {view.name}: {health.reason}")
             requests.append(
                 RunRequest(
+                    job_name=job.name,
                     asset_selection=[key],
                     tags={TAG_VIEW: view.name, TAG_REASON: reason, TAG_ATTEMPT: "0"},
                 )
@@ -295,6 +307,20 @@ def build_supervisor_sensor(
         )
 
     return _supervisor
+
+
+def _commander_request(
+    context: SensorEvaluationContext, jobs: Any, job_name: str
+) -> RunRequest | None:
+    """A run of the commander's job when its process is not alive and no such run exists."""
+    if jobs.status(COMMANDER_JOB).alive:
+        return None
+    if context.instance.get_runs(
+        filters=RunsFilter(job_name=job_name, statuses=list(ACTIVE_RUN_STATUSES)), limit=1
+    ):
+        return None
+    context.log.info("requesting a start of the incview commander: its process is not running")
+    return RunRequest(job_name=job_name, tags={TAG_REASON: "commander"})
 
 
 def _run_reason(view: IncView, record: Any, health: ViewHealth) -> str | None:
