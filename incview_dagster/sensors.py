@@ -13,7 +13,10 @@ has been running for ``stable_after_s`` after its last recovery). It reports eac
 health as an ``AssetObservation`` (lag, throughput, rows, state size) and, when the result table
 changed since the last tick (the view's ``last_change_lsn`` moved; batches that change no result
 row move only ``last_lsn``), a run-less ``AssetMaterialization``, so downstream automation reacts
-to content changes only. The cursor (JSON) keeps the LSNs seen and the recovery counts.
+to content changes only. The cursor (JSON) keeps the LSNs seen and the recovery counts. Given a
+``commander_job`` (``include_database_views=True``), it also requests a run of that job whenever
+the commander's process (``incview_dagster.commander_job``) is not alive, and never re-creates a
+view declared in the database that was dropped there.
 
 ``build_recovery_sensor`` is a ``run_failure_sensor``: when a run fails in a view's step, it
 requests a recovery run of those views tagged with the attempt number and a ``not_before`` time
@@ -60,7 +63,7 @@ ACTIVE_RUN_STATUSES = (
     DagsterRunStatus.CANCELING,
 )
 TAG_VIEW = "incview/view"
-TAG_REASON = "incview/reason"  # population | redefinition | resume | recovery
+TAG_REASON = "incview/reason"  # population | redefinition | resume | recovery | commander
 TAG_ATTEMPT = "incview/attempt"  # recovery attempt after failed runs (0: first request)
 TAG_NOT_BEFORE = "incview/not_before"  # ISO time the view asset waits for (backoff)
 TAG_DECLARED_IN = "incview/declared_in"  # "database": a view created in SQL (CALL ...)
