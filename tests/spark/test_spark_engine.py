@@ -132,3 +132,46 @@ def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_p
                 on_spark.catch_up(120)
                 local.catch_up(60)
                 check(conn, {"totals_spark": sql, "totals_local": sql})
+
+
+def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
+    """``incview run`` on Spark answers CALL incview.create_view: the view is populated by a
+    Spark job, its streaming query starts and maintains it under a writer, and CALL drop_view
+    stops the query and drops it."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 7)
+        work.setup()
+        with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
+            stop = threading.Event()
+            failed: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    eng.run(stop=stop)
+                except BaseException as e:  # noqa: BLE001 - asserted below
+                    failed.append(e)
+
+            runner = threading.Thread(target=run)
+            runner.start()
+            try:
+                conn.execute("SET incview.command_timeout = 300")
+                conn.execute(
+                    "CALL incview.create_view(%s, %s)", ("big_orders", STREAM_VIEWS["big_orders"])
+                )
+                views = {"big_orders": STREAM_VIEWS["big_orders"]}
+                check(conn, views)  # populated when the CALL returns
+                for _ in range(5):
+                    work.transaction(3)
+                deadline = time.monotonic() + 180
+                while diff_counts(conn, "big_orders", views["big_orders"]) != (0, 0):
+                    assert time.monotonic() < deadline and not failed, failed
+                    time.sleep(0.5)
+                assert eng.views["big_orders"].stream is not None  # its streaming query
+                conn.execute("CALL incview.drop_view('big_orders')")
+                assert conn.execute("SELECT to_regclass('big_orders')").fetchone() == (None,)
+                assert conn.execute("SELECT count(*) FROM incview.views").fetchone() == (0,)
+            finally:
+                stop.set()
+                runner.join(120)
+            assert not failed, failed
+            assert not [q for q in spark.streams.active if "big_orders" in (q.name or "")]
