@@ -15,4 +15,6 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
 fi
 ruff check .
 ruff format --check .
-python -m pytest "$@"
+# Two workers (the machine's cores; INCVIEW_TEST_WORKERS overrides, 0: none); every Spark test on
+# one of them (tests/conftest.py groups them), the rest spread over both.
+python -m pytest -n "${INCVIEW_TEST_WORKERS:-2}" --dist loadgroup "$@"

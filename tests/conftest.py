@@ -60,3 +60,14 @@ def spark(tmp_path_factory):
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2 --dist loadgroup``) every test that
+    runs Spark goes to one worker: one SparkSession (one JVM) per test run, as without xdist,
+    and Spark's timing-bound tests never share the machine with a second in-process JVM."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if "spark" in item.fixturenames or "spark" in item.nodeid.lower():
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -3,7 +3,6 @@ location (``incremental_views(..., include_database_views=True)``), with lineage
 a view declared in code and in the database is one asset."""
 
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -17,25 +16,20 @@ from incview_dagster.commander_ops import COMMANDER_DAGSTER_JOB
 from incview_dagster.jobs import COMMANDER_JOB
 from tests.dagster.conftest import BIG_SEGMENTS, SEGMENT_TOTALS
 from tests.dagster.test_sensors import _tick
+from tests.engine_running import running
 
 BIG_ORDERS_SQL = "SELECT o.id, o.amount, c.name FROM shop.orders o JOIN shop.customers c ON c.id = o.customer_id WHERE o.amount > 5"
 
 
 def _create_in_sql(dsn: str, state_dir, views: dict[str, str]) -> None:
     """Run an engine (its commander answers) while ``views`` are created with CALL."""
-    with Engine(dsn, state_dir, runner="local") as eng:
-        stop = threading.Event()
-        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
-        runner.start()
-        try:
-            with psycopg.connect(
-                dsn, autocommit=True, options="-c incview.command_timeout=30"
-            ) as conn:
-                for name, sql in views.items():
-                    conn.execute("CALL incview.create_view(%s, %s)", (name, sql))
-        finally:
-            stop.set()
-            runner.join(30)
+    with (
+        Engine(dsn, state_dir, runner="local") as eng,
+        running(eng),
+        psycopg.connect(dsn, autocommit=True, options="-c incview.command_timeout=30") as conn,
+    ):
+        for name, sql in views.items():
+            conn.execute("CALL incview.create_view(%s, %s)", (name, sql))
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ by hand (``engine.commander``); the whole way through ``psql`` and ``incview run
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -18,6 +17,7 @@ from engine import Engine
 from engine.commander import Commander, sqlstate_of
 from engine.errors import UnsupportedSQL, ViewError
 from engine.postgres.view_catalog import MIGRATIONS, SCHEMA, ViewCatalog
+from tests.engine_running import running
 
 
 def _role(conn: psycopg.Connection, admin: bool) -> str:
@@ -146,19 +146,15 @@ def test_a_running_claim_of_a_live_engine_is_not_resumed(pg_dsn, pg_conn, tmp_pa
 def test_explain_answers_through_the_procedure(pg_dsn, pg_conn, tmp_path):
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
     ViewCatalog.open(pg_conn)
-    with Engine(pg_dsn, tmp_path / "s", runner="local") as eng:
-        stop = threading.Event()
-        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
-        runner.start()
-        try:
-            with _as(pg_dsn, "pgtester", timeout="20") as conn:
-                plan = conn.execute("CALL incview.explain('SELECT v FROM t WHERE v > 3')")
-                assert "== Optimized logical plan ==" in plan.fetchone()[0]
-                with pytest.raises(psycopg.errors.FeatureNotSupported, match="line 1, column"):
-                    conn.execute("CALL incview.explain('SELECT now() FROM t')")
-        finally:
-            stop.set()
-            runner.join(30)
+    with (
+        Engine(pg_dsn, tmp_path / "s", runner="local") as eng,
+        running(eng),
+        _as(pg_dsn, "pgtester", timeout="20") as conn,
+    ):
+        plan = conn.execute("CALL incview.explain('SELECT v FROM t WHERE v > 3')")
+        assert "== Optimized logical plan ==" in plan.fetchone()[0]
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="line 1, column"):
+            conn.execute("CALL incview.explain('SELECT now() FROM t')")
 
 
 def test_incview_install_is_idempotent(pg_dsn, capsys):
@@ -190,20 +186,16 @@ def test_quoted_names_reach_sql_as_identifiers(pg_dsn, pg_conn, tmp_path):
     pg_conn.execute(f'GRANT incview_admin TO "{role}"')
     pg_conn.execute(f'GRANT SELECT ON t TO "{role}"')
     name = 'New Schema.v"; DROP TABLE t; --'
-    with Engine(pg_dsn, tmp_path / "s", runner="local") as eng:
-        stop = threading.Event()
-        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
-        runner.start()
-        try:
-            with _as(pg_dsn, role, timeout="20") as conn:
-                conn.execute("CALL incview.create_view(%s, 'SELECT sum(v) AS s FROM t')", (name,))
-                rows = conn.execute('SELECT s FROM "New Schema"."v""; DROP TABLE t; --"')
-                assert rows.fetchall() == [(10,)]
-                listed = conn.execute("SELECT name, created_by FROM incview.list_views()")
-                assert listed.fetchall() == [(name, role)]
-        finally:
-            stop.set()
-            runner.join(30)
+    with (
+        Engine(pg_dsn, tmp_path / "s", runner="local") as eng,
+        running(eng),
+        _as(pg_dsn, role, timeout="20") as conn,
+    ):
+        conn.execute("CALL incview.create_view(%s, 'SELECT sum(v) AS s FROM t')", (name,))
+        rows = conn.execute('SELECT s FROM "New Schema"."v""; DROP TABLE t; --"')
+        assert rows.fetchall() == [(10,)]
+        listed = conn.execute("SELECT name, created_by FROM incview.list_views()")
+        assert listed.fetchall() == [(name, role)]
     assert pg_conn.execute("SELECT to_regclass('t') IS NOT NULL").fetchone() == (True,)
 
 
@@ -216,21 +208,17 @@ def test_column_privileges_decide_like_postgres(pg_dsn, pg_conn, tmp_path):
     ViewCatalog.open(pg_conn)
     role = _role(pg_conn, admin=True)
     pg_conn.execute(f"GRANT SELECT (id, g, v) ON t TO {role}")
-    with Engine(pg_dsn, tmp_path / "s", runner="local") as eng:
-        stop = threading.Event()
-        runner = threading.Thread(target=lambda: eng.run(stop=stop), daemon=True)
-        runner.start()
-        try:
-            with _as(pg_dsn, role, timeout="20") as conn:
-                conn.execute("CALL incview.create_view('ok', 'SELECT g FROM t WHERE v > 5')")
-                assert conn.execute("SELECT g FROM ok").fetchall() == [("a",)]
-                for query in ("SELECT g, pay FROM t", "SELECT g FROM t WHERE pay > 0"):
-                    with pytest.raises(
-                        psycopg.errors.InsufficientPrivilege, match="permission denied for table t"
-                    ):
-                        conn.execute("CALL incview.create_view('no', %s)", (query,))
-        finally:
-            stop.set()
-            runner.join(30)
+    with (
+        Engine(pg_dsn, tmp_path / "s", runner="local") as eng,
+        running(eng),
+        _as(pg_dsn, role, timeout="20") as conn,
+    ):
+        conn.execute("CALL incview.create_view('ok', 'SELECT g FROM t WHERE v > 5')")
+        assert conn.execute("SELECT g FROM ok").fetchall() == [("a",)]
+        for query in ("SELECT g, pay FROM t", "SELECT g FROM t WHERE pay > 0"):
+            with pytest.raises(
+                psycopg.errors.InsufficientPrivilege, match="permission denied for table t"
+            ):
+                conn.execute("CALL incview.create_view('no', %s)", (query,))
     assert pg_conn.execute("SELECT name FROM incview.views").fetchall() == [("ok",)]
     assert pg_conn.execute("SELECT to_regclass('no')").fetchone() == (None,)

@@ -21,6 +21,7 @@ import pytest
 
 from engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
+from tests.engine_running import running
 from tests.postgres_server import PostgresServer
 from tests.reliability.incview_process import incview_run
 from tests.reliability.runners import RUNNERS, use_runner
@@ -193,35 +194,20 @@ def test_spark_runner_survives_postgres_restarts(spark, server, dsn, tmp_path):
     rng = random.Random(11)
     setup(dsn)
     next_id = [1000]
-    stop = threading.Event()
     with Engine(dsn, tmp_path / "state", runner="spark") as eng:
         for view, sql in VIEWS.items():
             eng.create_view(view, sql)
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                eng.run(stop=stop, heartbeat_s=0.5)
-            except BaseException as e:  # the test fails on it below
-                failure.append(e)
-
-        runner = threading.Thread(target=run)
-        runner.start()
-        try:
+        with running(eng, heartbeat_s=0.5) as run:
             for mode in ("fast", "immediate"):
                 with connect_retrying(dsn) as conn:
                     write(conn, rng, next_id)
                 wait_equal(dsn, 120)
                 restart(server, mode)
-                assert runner.is_alive(), failure
+                assert run.thread.is_alive(), run.failure
                 with connect_retrying(dsn) as conn:
                     write(conn, rng, next_id)
                 wait_equal(dsn, 120)
-                assert runner.is_alive(), failure
-        finally:
-            stop.set()
-            runner.join(120)
-        assert not failure, failure
+                assert run.thread.is_alive(), run.failure
         assert {s.phase for s in eng.list_views()} == {"running"}
         with psycopg.connect(dsn) as conn:  # a clean stop clears the job's pid
             pids = conn.execute("SELECT count(runner_pid) FROM incview.views").fetchone()[0]

@@ -14,6 +14,7 @@ import pytest
 
 from engine.engine import Engine
 from tests.e2e.test_engine_oracle_many import QUICK, Workload, diff_counts, run_engine_oracle
+from tests.engine_running import running
 
 pytestmark = pytest.mark.slow
 
@@ -142,18 +143,7 @@ def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
         work = Workload(conn, 7)
         work.setup()
         with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
-            stop = threading.Event()
-            failed: list[BaseException] = []
-
-            def run() -> None:
-                try:
-                    eng.run(stop=stop)
-                except BaseException as e:  # noqa: BLE001 - asserted below
-                    failed.append(e)
-
-            runner = threading.Thread(target=run)
-            runner.start()
-            try:
+            with running(eng) as run:
                 conn.execute("SET incview.command_timeout = 300")
                 conn.execute(
                     "CALL incview.create_view(%s, %s)", ("big_orders", STREAM_VIEWS["big_orders"])
@@ -164,14 +154,10 @@ def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
                     work.transaction(3)
                 deadline = time.monotonic() + 180
                 while diff_counts(conn, "big_orders", views["big_orders"]) != (0, 0):
-                    assert time.monotonic() < deadline and not failed, failed
+                    assert time.monotonic() < deadline and not run.failure, run.failure
                     time.sleep(0.5)
                 assert eng.views["big_orders"].stream is not None  # its streaming query
                 conn.execute("CALL incview.drop_view('big_orders')")
                 assert conn.execute("SELECT to_regclass('big_orders')").fetchone() == (None,)
                 assert conn.execute("SELECT count(*) FROM incview.views").fetchone() == (0,)
-            finally:
-                stop.set()
-                runner.join(120)
-            assert not failed, failed
             assert not [q for q in spark.streams.active if "big_orders" in (q.name or "")]
