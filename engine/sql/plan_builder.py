@@ -58,6 +58,10 @@ _DETERMINISM_HINT = (
 )
 
 
+# Postgres' system columns (every table has them; they are not part of a row's value)
+SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
+
+
 @dataclass(frozen=True)
 class BuiltView:
     plan: LogicalPlan
@@ -173,6 +177,14 @@ class _Builder:
                 f"column reference {name!r} is ambiguous (tables {', '.join(sorted(owners))} "
                 "have it)",
                 "Qualify it with the table's name or alias",
+            )
+        if name.lower() in SYSTEM_COLUMNS and not owners:
+            return unsupported(
+                node,
+                f"system column {name} is not deterministic: it says where and by which "
+                "transaction a row version is stored, which VACUUM, updates and restores change "
+                "without changing the row's value",
+                "Select the table's own columns (a primary key identifies a row)",
             )
         where = f" of table {node.table}" if node is not None and node.table else ""
         return unsupported(

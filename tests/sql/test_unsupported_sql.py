@@ -305,13 +305,13 @@ BAD = [
     ),
     B(
         "SELECT xmin, id FROM orders",
-        ["unknown column 'xmin'"],
+        ["system column xmin is not deterministic"],
         "line 1, column 8",
         id="system-column-xmin",
     ),
     B(
         "SELECT ctid FROM Orders",
-        ["unknown column 'ctid'"],
+        ["system column ctid is not deterministic"],
         "line 1, column 8",
         id="system-column-ctid",
     ),
