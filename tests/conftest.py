@@ -62,7 +62,48 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+# Randomized oracles of 3-10 s per case: the first case of each stays in the fast inner loop
+# (``-m "not slow"``), the others (more seeds, more shapes) run in CI's full suite only.
+# Measured with ``--durations`` on the fast suite; a whole heavy test is marked in its file.
+HEAVY_ORACLES = frozenset(
+    {
+        "tests/dataflow/test_distinct_setops.py::test_set_operation_matches_recompute",
+        "tests/dataflow/test_distinct_setops.py::test_distinct_matches_recompute",
+        "tests/dataflow/columnar/test_columnar_reduce.py::test_columnar_reduce_equals_row_reduce",
+        "tests/dataflow/columnar/test_columnar_join.py::test_columnar_join_equals_row_join",
+        "tests/dataflow/columnar/test_columnar_join.py::test_numeric_nan_in_keys_and_values",
+        "tests/dataflow/test_top_k.py::test_rank_and_dense_rank_keep_ties",
+        "tests/dataflow/test_top_k.py::test_global_order_by_limit_offset",
+        "tests/dataflow/test_top_k.py::test_per_partition_top_k",
+        "tests/dataflow/test_top_k.py::test_row_number_emitted",
+        "tests/dataflow/test_window.py::test_every_kind_with_mixed_directions_and_nulls",
+        "tests/dataflow/test_window.py::test_every_kind_with_order_by_and_peers",
+        "tests/dataflow/test_window.py::test_every_kind_without_order_by_uses_whole_partition",
+        "tests/dataflow/test_window.py::test_global_window",
+        "tests/dataflow/test_joins.py::test_semi_and_anti_join",
+        "tests/dataflow/test_joins.py::test_outer_join",
+        "tests/dataflow/test_joins.py::test_inner_join_multi_column_hot_keys",
+        "tests/dataflow/test_reduce.py::test_all_aggregates_in_one_reduce_with_filters",
+        "tests/dataflow/test_reduce.py::test_min_max_survive_deletes_of_the_current_extreme",
+        "tests/dataflow/test_reduce.py::test_global_aggregate_matches_recompute_through_empty_inputs",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
 def pytest_collection_modifyitems(config, items):
+    """Marks ``HEAVY_ORACLES`` cases but the first ``slow``; see ``_group_spark_tests``."""
+    seen: set[str] = set()
+    for item in items:
+        function = item.nodeid.split("[", 1)[0]
+        if function in HEAVY_ORACLES:
+            if function in seen:
+                item.add_marker(pytest.mark.slow)
+            seen.add(function)
+    _group_spark_tests(config, items)
+
+
+def _group_spark_tests(config, items):
     """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2 --dist loadgroup``) every test that
     runs Spark goes to one worker: one SparkSession (one JVM) per test run, as without xdist,
     and Spark's timing-bound tests never share the machine with a second in-process JVM."""

@@ -224,6 +224,7 @@ def test_min_max_survive_deletes_of_the_current_extreme(state_dir, seed):
     assert fed > 1200
 
 
+@pytest.mark.slow
 def test_min_of_one_group_does_not_read_a_neighbour_group(state_dir):
     """Groups whose encoded keys are byte prefixes of each other ('a' / 'ab', 1 / 11)."""
 

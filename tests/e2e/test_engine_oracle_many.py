@@ -241,6 +241,7 @@ def test_engine_oracle_every_planner_query(pg_dsn, tmp_path):
     assert during > 0 and truncates > 0
 
 
+@pytest.mark.slow
 def test_population_in_many_small_chunks(pg_dsn, tmp_path, monkeypatch):
     """Population runs the input through the dataflow in chunks (bounded memory): with chunks
     of 37 rows every view (aggregates retracting earlier chunks' rows, top-k, outer joins...)

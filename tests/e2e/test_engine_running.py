@@ -90,6 +90,7 @@ def test_view_on_view_follows_its_upstream(pg_dsn, tmp_path):
         assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0
 
 
+@pytest.mark.slow
 def test_a_large_transaction_is_applied_whole(pg_dsn, tmp_path):
     n = 200_000
     sql_agg = "SELECT status, count(*) AS n, sum(amount) AS s FROM orders GROUP BY status"
