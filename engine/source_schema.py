@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+
+from engine.postgres.source_catalog import view_definitions
 
 _COLUMNS = """
 SELECT n.nspname || '.' || c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
@@ -33,27 +35,39 @@ FIX = "drop the view and create it again to follow the new schema"
 
 @dataclass(frozen=True)
 class SourceSchema:
-    """table ("schema.table") -> column -> type (``format_type``) the view's dataflow reads."""
+    """table ("schema.table") -> column -> type (``format_type``) the view's dataflow reads,
+    and the Postgres views it reads (planned over their definitions, ``engine.sql.source_views``):
+    "schema.view" -> definition (``pg_get_viewdef``)."""
 
     tables: Mapping[str, Mapping[str, str]]
+    views: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of_plan(cls, sources, inputs: Mapping[str, tuple[str, ...]]) -> SourceSchema:
-        """From a ViewPlan's ``sources`` and the dataflow's ``inputs`` (the columns it reads)."""
+    def of_plan(
+        cls, sources, inputs: Mapping[str, tuple[str, ...]], views: Mapping[str, str] | None = None
+    ) -> SourceSchema:
+        """From a ViewPlan's ``sources`` and ``source_views`` and the dataflow's ``inputs`` (the
+        columns it reads)."""
         types = {s.qualified_name: {c.name: c.type.sql() for c in s.columns} for s in sources}
-        return cls({t: {c: types[t][c] for c in cols} for t, cols in inputs.items()})
+        return cls(
+            {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()}, dict(views or {})
+        )
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({t: dict(c) for t, c in self.tables.items()}, sort_keys=True))
+        tables = {t: dict(c) for t, c in self.tables.items()}
+        tmp.write_text(json.dumps({"tables": tables, "views": dict(self.views)}, sort_keys=True))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> SourceSchema | None:
         if not path.exists():
             return None
-        return cls(json.loads(path.read_text()))
+        saved = json.loads(path.read_text())
+        if "tables" not in saved:  # written before views were recorded: tables only
+            return cls(saved)  # (a table's name has a dot: it is never the key "tables")
+        return cls(saved["tables"], saved.get("views", {}))
 
     # -- checking -----------------------------------------------------------------------------
     def drift(
@@ -62,6 +76,16 @@ class SourceSchema:
         """None while every table and column the view reads is there with its type; else a
         message naming the first one that changed. ``current``: ``current_columns`` of (at
         least) the view's tables, read once for many views."""
+        if self.views:
+            now = view_definitions(conn, list(self.views))
+            for view, definition in sorted(self.views.items()):
+                if view not in now:
+                    return f"source view {view} was dropped or renamed; {FIX}"
+                if now[view] != definition:
+                    return (
+                        f"source view {view} was re-defined (CREATE OR REPLACE VIEW): the view "
+                        f"was planned over its old definition; {FIX}"
+                    )
         if current is None:
             current = current_columns(conn, list(self.tables))
         for table, columns in sorted(self.tables.items()):

@@ -68,6 +68,12 @@ class ViewLifecycleMixin:
         results = self._result_tables()
         for t in tables:
             kind = self.sources.kinds.get(t)
+            if kind == "m":
+                raise ViewError(
+                    f"{t} is a materialized view: its rows change only by REFRESH MATERIALIZED "
+                    "VIEW, which publishes no changes incview could follow; read the tables "
+                    "under it (its defining query), or make it a plain view"
+                )
             if kind not in ("r", "p"):
                 raise ViewError(
                     f"{t} is not a table: incview reads changes of ordinary tables only"

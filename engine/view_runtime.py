@@ -60,7 +60,9 @@ class ViewRuntime:
         # the columns (and types) of the sources this view reads, as when it was created
         self.expected = SourceSchema.load(self.dir / SOURCES_FILE)
         if self.expected is None:
-            self.expected = SourceSchema.of_plan(plan.sources, self.physical.inputs)
+            self.expected = SourceSchema.of_plan(
+                plan.sources, self.physical.inputs, plan.source_views
+            )
             self.expected.save(self.dir / SOURCES_FILE)
         columns = list(zip(plan.output_names, plan.output_types, strict=True))
         # Spark runs each view's batches on its own thread: each view gets its own connection

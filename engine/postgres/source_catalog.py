@@ -62,6 +62,35 @@ class PostgresCatalog:
             schema, name, tuple(columns), reltuples if reltuples and reltuples > 0 else None
         )
 
+    def view_definition(self, schema: str | None, name: str) -> tuple[str, str, list[str]] | None:
+        """``(schema.name, definition, column names)`` when ``schema.name`` is a view
+        (``engine.sql.source_views`` plans it over its definition), else None."""
+        schema = schema or "public"
+        row = self.conn.execute(_VIEW, (schema, name)).fetchone()
+        if row is None:
+            return None
+        return f"{schema}.{name}", row[1], list(row[2])
+
+
+_VIEW = """
+SELECT c.oid, pg_get_viewdef(c.oid, true),
+       array(SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'v'
+"""
+
+
+def view_definitions(conn: psycopg.Connection, views: list[str]) -> dict[str, str]:
+    """View ("schema.name") -> its definition (``pg_get_viewdef``) now; absent views absent."""
+    rows = conn.execute(
+        "SELECT n.nspname || '.' || c.relname, pg_get_viewdef(c.oid, true) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind = 'v' AND n.nspname || '.' || c.relname = ANY(%s)",
+        (views,),
+    ).fetchall()
+    return dict(rows)
+
 
 def _distinct(n_distinct: float | None, reltuples: int | None) -> float | None:
     """pg_stats' ``n_distinct`` as a count (a negative value is minus a fraction of the rows)."""

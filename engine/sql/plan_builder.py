@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -28,6 +29,7 @@ from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
 from engine.sql.parse import DIALECT, parse_query, unsupported
 from engine.sql.result_types import aggregate_type
+from engine.sql.source_views import inline_source_views, is_system_schema
 from engine.sql.types import TEXT, SqlType, TypeKind, common_type
 
 NON_DETERMINISTIC = {
@@ -51,7 +53,6 @@ _NON_DETERMINISTIC_NODES = {
 }
 # schemas of system catalogs (and every pg_* schema) and incview's own catalog
 # (engine.postgres.view_catalog): their changes reach no publication, a view over them never moves
-_SYSTEM_SCHEMAS = ("information_schema", "incview")
 _DETERMINISM_HINT = (
     "A view must be a deterministic function of its source tables; store the value in a column "
     "or compare against a constant instead"
@@ -67,6 +68,8 @@ class BuiltView:
     plan: LogicalPlan
     output_names: tuple[str, ...]
     sources: tuple[SourceTable, ...]
+    # source views planned over their definitions (engine.sql.source_views): name -> definition
+    source_views: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_plan(sql: str, catalog: Catalog) -> BuiltView:
@@ -143,6 +146,7 @@ class _Builder:
     def build(self, sql: str) -> BuiltView:
         raw = parse_query(sql)
         self._check_constructs(raw)
+        raw, self.source_views = inline_source_views(raw, self.catalog, self._check_constructs)
         names = self._output_names(raw)
         schema = self._resolve_tables(raw)
         try:
@@ -160,7 +164,7 @@ class _Builder:
                     f"column names: give each output column its own alias (... AS name)"
                 )
             seen.add(n)
-        return BuiltView(plan, names, tuple(self.sources.values()))
+        return BuiltView(plan, names, tuple(self.sources.values()), self.source_views)
 
     def _resolution_error(self, msg: str, raw: exp.Expression) -> UnsupportedSQL:
         """sqlglot's qualify error as a message naming the column, its position and the fix."""
@@ -282,7 +286,7 @@ class _Builder:
                     "a function in FROM (a set-returning or table function) is not supported",
                     "Read from tables, or from a view over them",
                 )
-            if t.db.startswith("pg_") or t.db in _SYSTEM_SCHEMAS:
+            if is_system_schema(t.db):
                 what = "incview's own catalog" if t.db == "incview" else "a system catalog"
                 raise unsupported(
                     t,

@@ -7,7 +7,8 @@ state; ``explain(sql, catalog)`` prints all three plans. This module only sequen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from engine.dataflow.state.store import StateStore
 from engine.errors import UnsupportedSQL
@@ -25,6 +26,8 @@ class ViewPlan:
     optimized: LogicalPlan
     output_names: tuple[str, ...]
     sources: tuple[SourceTable, ...]
+    # source views planned over their definitions: "schema.view" -> definition (pg_get_viewdef)
+    source_views: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def output_types(self):
@@ -35,7 +38,14 @@ def plan_view(sql: str, catalog: Catalog) -> ViewPlan:
     """Plan ``sql``; raises ``engine.UnsupportedSQL`` for what cannot be maintained."""
     try:
         built = build_plan(sql, catalog)
-        return ViewPlan(sql, built.plan, optimize(built.plan), built.output_names, built.sources)
+        return ViewPlan(
+            sql,
+            built.plan,
+            optimize(built.plan),
+            built.output_names,
+            built.sources,
+            built.source_views,
+        )
     except RecursionError:
         raise UnsupportedSQL(
             "the view's SQL is nested too deeply for the planner (parentheses, subqueries or "
