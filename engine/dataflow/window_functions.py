@@ -22,16 +22,18 @@ from engine.dataflow.batch import Row
 from engine.dataflow.nan import canonical_value
 from engine.numeric import pg_numeric_div
 
-RANKING = ("row_number", "rank", "dense_rank")
+RANKING = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
 OFFSET = ("lag", "lead")
+VALUE = ("first_value", "last_value", "nth_value")  # a row of the frame's value
 AGGREGATES = ("sum", "count", "count_star", "avg", "min", "max")
-KINDS = RANKING + OFFSET + AGGREGATES
-_NO_ARG = ("row_number", "rank", "dense_rank", "count_star")
+KINDS = RANKING + OFFSET + VALUE + AGGREGATES
+_NO_ARG = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "count_star")
 
 
 @dataclass(frozen=True)
 class WindowFunction:
-    """One window function: ``kind`` over column ``arg``; ``offset``/``default`` for lag and lead.
+    """One window function: ``kind`` over column ``arg``; ``offset``/``default`` for lag and lead,
+    ``offset`` also ntile's number of buckets and nth_value's position (both > 0).
 
     >>> WindowFunction("lag", 2, offset=1, default=0).describe()
     'lag(#2, 1, 0)'
@@ -58,6 +60,10 @@ class WindowFunction:
     def describe(self) -> str:
         if self.kind == "count_star":
             return "count(*)"
+        if self.kind == "ntile":
+            return f"ntile({self.offset})"
+        if self.kind == "nth_value":
+            return f"nth_value(#{self.arg}, {self.offset})"
         if self.kind in _NO_ARG:
             return f"{self.kind}()"
         if self.kind in OFFSET:
@@ -90,6 +96,21 @@ def _column(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]
         for g, (s, e) in enumerate(groups):
             out.extend([s + 1 if kind == "rank" else g + 1] * (e - s))
         return out
+    if kind == "percent_rank":  # (rank - 1) / (rows - 1), 0 for a single row
+        return [s / (n - 1) if n > 1 else 0.0 for s, e in groups for _ in range(e - s)]
+    if kind == "cume_dist":  # rows up to the current row's last peer / rows
+        return [e / n for s, e in groups for _ in range(e - s)]
+    if kind == "ntile":  # as equal as possible, the first (rows % buckets) one row larger
+        size, extra = divmod(n, f.offset)
+        return [b for b in range(1, f.offset + 1) for _ in range(size + (b <= extra))]
+    if kind in VALUE:  # the frame: the partition's start .. the current row's last peer
+        a = f.arg
+        if kind == "first_value":
+            return [rows[0][a]] * n
+        if kind == "last_value":
+            return [rows[e - 1][a] for s, e in groups for _ in range(e - s)]
+        m = f.offset - 1
+        return [rows[m][a] if m < e else None for s, e in groups for _ in range(e - s)]
     if kind in OFFSET:
         a = f.arg
         shift = -f.offset if kind == "lag" else f.offset

@@ -161,7 +161,9 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
 
 @dataclass(frozen=True)
 class WindowCall:
-    kind: str  # row_number rank dense_rank lag lead sum count count_star avg min max
+    # row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value
+    # nth_value sum count count_star avg min max
+    kind: str
     arg: exp.Expression | None
     offset: int = 1
     default: exp.Expression | None = None
@@ -217,6 +219,19 @@ def window_call(node: exp.Window) -> WindowCall:
             partition_by=partition,
             order_by=order,
         )
+    if isinstance(f, (exp.PercentRank, exp.CumeDist)):
+        kind = "percent_rank" if isinstance(f, exp.PercentRank) else "cume_dist"
+        return WindowCall(kind, None, partition_by=partition, order_by=order)
+    if isinstance(f, exp.Ntile):
+        return WindowCall(
+            "ntile", None, _positive_constant(f.this, "ntile"), None, partition, order
+        )
+    if isinstance(f, (exp.FirstValue, exp.LastValue, exp.NthValue)):
+        kind = {exp.FirstValue: "first_value", exp.LastValue: "last_value"}.get(
+            type(f), "nth_value"
+        )
+        position = _positive_constant(f.args["offset"], kind) if kind == "nth_value" else 1
+        return WindowCall(kind, f.this, position, None, partition, order)
     if isinstance(f, (exp.Lag, exp.Lead)):
         off = f.args.get("offset")
         if off is not None and not (isinstance(off, exp.Literal) and not off.is_string):
@@ -234,3 +249,16 @@ def window_call(node: exp.Window) -> WindowCall:
         if call.kind in ("sum", "count", "count_star", "avg", "min", "max"):
             return WindowCall(call.kind, call.arg, partition_by=partition, order_by=order)
     raise unsupported(node, f"window function {f.sql(dialect='postgres')} is not supported")
+
+
+def _positive_constant(node: exp.Expression | None, function: str) -> int:
+    """ntile's bucket count or nth_value's position: a positive integer constant."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        if int(node.this) > 0:
+            return int(node.this)
+        raise unsupported(node, f"argument of {function} must be greater than zero")
+    raise unsupported(
+        node if node is not None else exp.Null(),
+        f"the argument of {function} must be an integer constant",
+        "Postgres allows an expression; incview needs it fixed when the view is created",
+    )

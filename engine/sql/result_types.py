@@ -3,12 +3,13 @@
 count -> bigint; sum(smallint|integer) -> bigint, sum(bigint|numeric) -> numeric,
 sum(real|double) -> double; avg(integers|numeric) -> numeric, avg(floats) -> double;
 min/max/lag/lead -> the argument's type; bool_and/bool_or -> boolean; string_agg -> text;
-row_number/rank/dense_rank -> bigint. This module must not look at anything but types.
+row_number/rank/dense_rank -> bigint; percent_rank/cume_dist -> double; ntile -> integer;
+first_value/last_value/nth_value -> the argument's type. This module must not look at anything but types.
 """
 
 from __future__ import annotations
 
-from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, NUMERIC, TEXT, SqlType, TypeKind
+from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, NUMERIC, TEXT, SqlType, TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
@@ -16,6 +17,10 @@ _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
     if kind in ("count", "count_star", "count_distinct", "row_number", "rank", "dense_rank"):
         return BIGINT
+    if kind in ("percent_rank", "cume_dist"):
+        return DOUBLE
+    if kind == "ntile":
+        return INTEGER
     if kind in ("bool_and", "bool_or"):
         return BOOLEAN
     if kind == "string_agg":
@@ -36,6 +41,6 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
             return NUMERIC
         if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
             return DOUBLE
-    if kind in ("min", "max", "lag", "lead"):
+    if kind in ("min", "max", "lag", "lead", "first_value", "last_value", "nth_value"):
         return arg.unconstrained() if arg.kind is TypeKind.NUMERIC else arg
     raise ValueError(f"{kind} is not defined for {arg}")

@@ -17,7 +17,7 @@ from engine.dataflow.collections.window import WindowCollection, WindowFunction
 from engine.dataflow.graph import Dataflow
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.testing import OracleRun, RandomTable, pick, run_once
-from engine.dataflow.window_functions import AGGREGATES, pg_numeric_div
+from engine.dataflow.window_functions import AGGREGATES, pg_numeric_div, window_columns
 from tests.dataflow.sql_order import sorted_partitions
 
 DECS = [Decimal("0.5"), Decimal("0.50"), Decimal("1.25"), Decimal("-3"), Decimal("2.5")]
@@ -296,6 +296,38 @@ def test_describe_and_validation():
     with pytest.raises(ValueError, match="needs an argument"):
         WindowFunction("sum")
     with pytest.raises(ValueError, match="unknown window function"):
-        WindowFunction("ntile")
+        WindowFunction("median")
+    assert WindowFunction("ntile", offset=4).describe() == "ntile(4)"
+    assert WindowFunction("nth_value", 3, offset=2).describe() == "nth_value(#3, 2)"
     with pytest.raises(ValueError, match="takes no argument"):
         WindowFunction("rank", 1)
+
+
+def test_distribution_and_value_functions_over_one_partition():
+    """ntile spreads rows as Postgres does (the first rows % buckets buckets one larger, one
+    row per bucket when there are more buckets than rows); percent_rank and cume_dist see peer
+    groups; first/last/nth_value read the default frame (the partition's start .. the current
+    row's last peer)."""
+    rows = [(v,) for v in (1, 2, 2, 3, 5)]
+    groups = [(0, 1), (1, 3), (3, 4), (4, 5)]  # 2 and 2 are peers
+    cols = window_columns(
+        rows,
+        groups,
+        [
+            WindowFunction("ntile", offset=3),
+            WindowFunction("ntile", offset=7),
+            WindowFunction("percent_rank"),
+            WindowFunction("cume_dist"),
+            WindowFunction("first_value", 0),
+            WindowFunction("last_value", 0),
+            WindowFunction("nth_value", 0, offset=3),
+        ],
+    )
+    assert cols[0] == [1, 1, 2, 2, 3]
+    assert cols[1] == [1, 2, 3, 4, 5]
+    assert cols[2] == [0.0, 0.25, 0.25, 0.75, 1.0]
+    assert cols[3] == [0.2, 0.6, 0.6, 0.8, 1.0]
+    assert cols[4] == [1] * 5
+    assert cols[5] == [1, 2, 2, 3, 5]  # a peer sees its last peer
+    assert cols[6] == [None, 2, 2, 2, 2]
+    assert window_columns([(7,)], [(0, 1)], [WindowFunction("percent_rank")]) == [[0.0]]

@@ -424,6 +424,25 @@ QUERIES = [
         id="window-unpartitioned",
     ),
     Q(
+        "SELECT id, status, percent_rank() OVER (PARTITION BY status ORDER BY qty) AS pr, "
+        "cume_dist() OVER (PARTITION BY status ORDER BY qty DESC) AS cd, "
+        "percent_rank() OVER () AS pr_all, cume_dist() OVER () AS cd_all FROM orders",
+        id="window-percent-rank-cume-dist",
+    ),
+    Q(
+        "SELECT id, customer_id, ntile(3) OVER (PARTITION BY customer_id ORDER BY amount, id) "
+        "AS third, ntile(10) OVER (ORDER BY id) AS tenth FROM orders",
+        id="window-ntile",
+    ),
+    Q(
+        "SELECT id, customer_id, "
+        "first_value(amount) OVER (PARTITION BY customer_id ORDER BY id) AS first_amount, "
+        "last_value(qty) OVER (PARTITION BY customer_id ORDER BY id) AS last_qty, "
+        "nth_value(status, 2) OVER (PARTITION BY customer_id ORDER BY id) AS second_status, "
+        "last_value(id) OVER (PARTITION BY status ORDER BY qty, id) AS last_so_far FROM orders",
+        id="window-first-last-nth-value",
+    ),
+    Q(
         "SELECT * FROM (SELECT id, customer_id, amount, row_number() OVER "
         "(PARTITION BY customer_id ORDER BY amount DESC NULLS LAST, id) AS rn FROM orders) t "
         "WHERE rn <= 2",

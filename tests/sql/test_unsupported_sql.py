@@ -213,10 +213,22 @@ BAD = [
         id="named-window",
     ),
     B(
-        "SELECT ntile(4) OVER (ORDER BY id) AS q FROM orders",
-        ["window function NTILE"],
+        "SELECT ntile(qty) OVER (ORDER BY id) AS q FROM orders",
+        ["the argument of ntile must be an integer constant"],
+        "line 1, column 14",
+        id="ntile-of-a-column",
+    ),
+    B(
+        "SELECT nth_value(id, 0) OVER (ORDER BY id) AS q FROM orders",
+        ["argument of nth_value must be greater than zero"],
+        "line 1",
+        id="nth-value-zero",
+    ),
+    B(
+        "SELECT percentile_rank() OVER (ORDER BY id) AS q FROM orders",
+        ["window function PERCENTILE_RANK"],
         "line 1, column 8",
-        id="ntile",
+        id="unknown-window-function",
     ),
     # -- FROM and subqueries --------------------------------------------------------------------
     B(
