@@ -69,8 +69,8 @@ def find_aggregates(e: exp.Expression) -> list[exp.Expression]:
             if n.args.get("order") is not None:
                 visit(n.args["order"])
             return
-        if isinstance(n, (exp.Subquery, exp.Select)):
-            return
+        if isinstance(n, (exp.Subquery, exp.Select, exp.Grouping)):
+            return  # (GROUPING is answered by the grouping sets: engine.sql.grouping_sets)
         if is_aggregate(n):
             found.append(n)
             return

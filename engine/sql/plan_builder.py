@@ -25,6 +25,7 @@ from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, find_aggregates, sort_keys, window_call
 from engine.sql.catalog import Catalog, SourceTable
+from engine.sql.grouping_sets import expand_group, grouping_sets_plan
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
 from engine.sql.parse import DIALECT, parse_query, unsupported
@@ -221,12 +222,6 @@ class _Builder:
                 raise unsupported(
                     node, "LATERAL is not supported", "Rewrite the lateral subquery as a join"
                 )
-            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
-                raise unsupported(
-                    node,
-                    "ROLLUP/CUBE/GROUPING SETS are not supported",
-                    "Use UNION ALL of GROUP BYs",
-                )
             if isinstance(node, exp.Join) and _join_lacks_condition(node):
                 raise unsupported(
                     node,
@@ -370,8 +365,17 @@ class _Builder:
         if order is not None:
             for o in order.expressions:
                 aggs += find_aggregates(o.this)
+        groupings = [
+            g
+            for e in exprs
+            + ([having.this] if having is not None else [])
+            + ([o.this for o in order.expressions] if order is not None else [])
+            for g in e.find_all(exp.Grouping)
+        ]
+        if groupings and group is None:
+            raise unsupported(groupings[0], "GROUPING needs a GROUP BY")
         if group is not None or aggs:
-            plan, rewrite = self.aggregate(plan, group, aggs)
+            plan, rewrite = self.aggregate(plan, group, aggs, groupings)
             exprs = [rewrite(e) for e in exprs]
             if having is not None:
                 cond = rewrite(having.this)
@@ -726,8 +730,21 @@ class _Builder:
         return e.copy().transform(fix)
 
     # -- GROUP BY -------------------------------------------------------------------------------
-    def aggregate(self, plan: LogicalPlan, group: exp.Group | None, aggs: list[exp.Expression]):
+    def aggregate(
+        self,
+        plan: LogicalPlan,
+        group: exp.Group | None,
+        aggs: list[exp.Expression],
+        groupings: list[exp.Grouping] = (),
+    ):
+        """GROUP BY (ROLLUP/CUBE/GROUPING SETS: ``engine.sql.grouping_sets``); returns the plan
+        and a rewrite of expressions over its output."""
+        expanded = expand_group(group)
         group_exprs = list(group.expressions) if group is not None else []
+        if expanded is None and groupings:  # GROUPING in a plain GROUP BY: one set, all grouped
+            expanded = (group_exprs, [tuple(range(len(group_exprs)))])
+        if expanded is not None:
+            group_exprs = expanded[0]
         unique_aggs: dict[str, exp.Expression] = {}
         for a in aggs:
             unique_aggs.setdefault(a.sql(), a)
@@ -759,9 +776,22 @@ class _Builder:
                     kind not in ("count", "count_star", "count_distinct"),
                 )
             )
-        node = lp.Aggregate(plan, tuple(group_exprs), tuple(agg_list), tuple(out))
+        grouping_map: dict[str, Field] = {}
+        if expanded is None:
+            node = lp.Aggregate(plan, tuple(group_exprs), tuple(agg_list), tuple(out))
+        else:
+            node, common, grouping_map = grouping_sets_plan(
+                plan, group_exprs, expanded[1], agg_list, tuple(out), list(groupings)
+            )
+            out = list(common)
         group_map = {g.sql(): f for g, f in zip(group_exprs, out, strict=False)}
-        agg_map = {a.sql(): f for a, f in zip(agg_list, out[len(group_exprs) :], strict=True)}
+        agg_map = {
+            a.sql(): f
+            for a, f in zip(
+                agg_list, out[len(group_exprs) : len(group_exprs) + len(agg_list)], strict=True
+            )
+        }
+        agg_map.update(grouping_map)
 
         def rewrite(e: exp.Expression) -> exp.Expression:
             def fix(n):

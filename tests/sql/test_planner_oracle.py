@@ -187,6 +187,31 @@ QUERIES = [
     ),
     # -- GROUP BY -------------------------------------------------------------------------------
     Q(
+        "SELECT customer_id, status, count(*) AS n, sum(amount) AS s, max(created) AS mx "
+        "FROM orders GROUP BY ROLLUP (customer_id, status)",
+        id="grouping-rollup",
+    ),
+    Q(
+        "SELECT status, qty, sum(discount) AS sd, GROUPING(status, qty) AS g, "
+        "GROUPING(qty) AS gq FROM orders GROUP BY CUBE (status, qty) HAVING count(*) > 1",
+        id="grouping-cube-having",
+    ),
+    Q(
+        "SELECT customer_id, status, avg(amount) AS a, count(*) AS n FROM orders "
+        "GROUP BY GROUPING SETS ((customer_id), (status, customer_id), ())",
+        id="grouping-sets-with-grand-total",
+    ),
+    Q(
+        "SELECT status, customer_id % 3 AS bucket, count(*) AS n FROM orders "
+        "GROUP BY status, ROLLUP (customer_id % 3)",
+        id="grouping-mixed-with-plain",
+    ),
+    Q(
+        "SELECT o.status, c.name, count(*) AS n FROM orders o JOIN customers c "
+        "ON c.id = o.customer_id GROUP BY ROLLUP (o.status, c.name)",
+        id="grouping-rollup-over-a-join",
+    ),
+    Q(
         "SELECT customer_id, count(*) AS n, count(amount) AS na, sum(amount) AS s, "
         "avg(amount) AS a, min(amount) AS mi, max(created) AS mx FROM orders GROUP BY customer_id",
         id="agg-basic",

@@ -175,10 +175,16 @@ BAD = [
     ),
     B("SELECT sum(status) FROM orders", ["sum of a text value"], "line 1, column 8", id="sum-text"),
     B(
-        "SELECT customer_id, sum(amount) FROM orders GROUP BY ROLLUP (customer_id)",
-        ["ROLLUP"],
+        "SELECT customer_id, GROUPING(status) FROM orders GROUP BY ROLLUP (customer_id)",
+        ["arguments to GROUPING must be grouping expressions"],
         "line 1",
-        id="rollup",
+        id="grouping-of-a-non-grouping-column",
+    ),
+    B(
+        "SELECT GROUPING(status) FROM orders",
+        ["GROUPING needs a GROUP BY"],
+        "line 1",
+        id="grouping-without-group-by",
     ),
     # -- ordering, limits and windows -----------------------------------------------------------
     B(
