@@ -17,6 +17,7 @@ import decimal
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from engine.dataflow.nan import NAN, NUMERIC_NAN
@@ -34,8 +35,13 @@ KINDS = frozenset(
         "bool_and",
         "bool_or",
         "string_agg",
+        "var_samp",
+        "var_pop",
+        "stddev_samp",
+        "stddev_pop",
     }
 )
+MOMENT_KINDS = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
 
 #: decimal context under which + and * never round (used for every numeric accumulation)
 EXACT = decimal.Context(
@@ -278,3 +284,77 @@ def bool_or_result(acc: tuple[int, int]) -> bool | None:
     if n_true + n_false <= 0:
         return None
     return n_true > 0
+
+
+# -- variance / stddev -----------------------------------------------------------------------------
+# A moments accumulator is None (no value) or [sum accumulator of x, exact sum of x*x]: ints and
+# Decimals square exactly; a finite float is squared as its exact fixed-point integer (units of
+# 2**-2148), so that a deletion takes back exactly what its insertion added.
+
+
+def square_deltas(G: list[int], V: list[Any], W: list[int]) -> dict[int, Any]:
+    """Per group the weighted sum of the squares of the finite non-NULL values (see above)."""
+    out: dict[int, Any] = {}
+    for g, v, w in zip(G, V, W, strict=True):
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:
+                continue  # inf/NaN: counted by the sum accumulator's specials
+            f = float_to_fixed(v)
+            sq = f * f
+        elif t is Decimal:
+            if not v.is_finite():
+                continue
+            sq = v * v
+        else:
+            sq = v * v
+        out[g] = out.get(g, 0) + sq * w
+    return out
+
+
+def moments_merge(acc: list | None, sums: list, squares: Any) -> list | None:
+    """``acc`` plus a delta (a sum accumulator's delta and a sum of squares); None once empty."""
+    merged = sum_merge(acc[0] if acc is not None else None, sums)
+    if merged is None:
+        return None
+    return [merged, _plus(acc[1] if acc is not None else 0, squares)]
+
+
+def moments_result(kind: str, acc: list | None) -> Any:
+    """var_samp/var_pop/stddev_samp/stddev_pop as Postgres computes them: NULL with too few
+    values; NaN with an inf or NaN among them; a float for floats; for ints and numerics
+    ``(n*sum(x*x) - sum(x)**2) / (n*(n-1))`` (``n*n`` for the population) at Postgres' division
+    scale, 0 when that numerator is not positive, the square root rounded to the same scale."""
+    if acc is None:
+        return None
+    sums, squares = acc
+    n = sums[N]
+    sample = kind.endswith("_samp")
+    if n <= (1 if sample else 0):
+        return None
+    if sums[SPECIALS]:
+        return NAN if sums[NF] else NUMERIC_NAN
+    den = n * (n - 1) if sample else n * n
+    root = kind.startswith("stddev")
+    if sums[NF]:
+        num = Fraction(n * squares - sums[FIXED] * sums[FIXED], den << (2 * _FIXED_SHIFT))
+        value = float(num) if num > 0 else 0.0
+        return math.sqrt(value) if root else value
+    total = sums[TOTAL]
+    scale = _max_scale(sums)
+    if scale is not None:  # Postgres' sum(x) has the inputs' largest scale, sum(x*x) twice it
+        total = Decimal(total).quantize(Decimal((0, (1,), -scale)), context=EXACT)
+        squares = Decimal(squares).quantize(Decimal((0, (1,), -2 * scale)), context=EXACT)
+    with decimal.localcontext(EXACT):
+        num = n * squares - total * total
+    if num <= 0:
+        return Decimal(0)
+    variance = pg_numeric_div(num, den)
+    if not root:
+        return variance
+    rscale = -variance.as_tuple().exponent
+    with decimal.localcontext() as ctx:
+        ctx.prec = variance.adjusted() // 2 + rscale + 12
+        ctx.rounding = decimal.ROUND_DOWN
+        root_value = variance.sqrt()
+    return root_value.quantize(Decimal((0, (1,), -rscale)), rounding=decimal.ROUND_HALF_UP)

@@ -1,7 +1,8 @@
 """Aggregate and window function calls, recognized from sqlglot nodes into small descriptors.
 
 ``aggregate_call`` understands count(*), count(x), count(DISTINCT x), sum, avg, min, max,
-bool_and/every, bool_or, string_agg(x, sep [ORDER BY ...]) and FILTER (WHERE ...);
+bool_and/every, bool_or, string_agg(x, sep [ORDER BY ...]), stddev/stddev_samp/stddev_pop,
+variance/var_samp/var_pop and FILTER (WHERE ...);
 ``window_call`` understands row_number, rank, dense_rank, lag, lead and sum/count/avg/min/max
 OVER (PARTITION BY ... ORDER BY ...) with the default frame. Anything else raises
 ``UnsupportedSQL`` with its position. Shared by the plan builder and the physical planner; this
@@ -26,6 +27,11 @@ AGGREGATE_NODES = (
     exp.LogicalAnd,
     exp.LogicalOr,
     exp.GroupConcat,
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
 )
 AGGREGATE_NAMES = {
     "every": "bool_and",
@@ -40,8 +46,6 @@ _UNSUPPORTED_AGGS = {
     "percentile_cont": "ordered-set aggregates are not supported",
     "percentile_disc": "ordered-set aggregates are not supported",
     "mode": "ordered-set aggregates are not supported",
-    "stddev": "stddev/variance are not supported yet",
-    "variance": "stddev/variance are not supported yet",
 }
 
 
@@ -128,6 +132,11 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
         exp.Max: "max",
         exp.LogicalAnd: "bool_and",
         exp.LogicalOr: "bool_or",
+        exp.Stddev: "stddev_samp",
+        exp.StddevSamp: "stddev_samp",
+        exp.StddevPop: "stddev_pop",
+        exp.Variance: "var_samp",
+        exp.VariancePop: "var_pop",
     }
     for cls, kind in simple.items():
         if type(node) is cls:

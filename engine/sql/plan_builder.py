@@ -762,10 +762,13 @@ class _Builder:
             if call.filter is not None:
                 self.types_of([call.filter], plan.fields)
             kind = call.kind
+            moments = kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
             if (
-                kind in ("sum", "avg")
+                (kind in ("sum", "avg") or moments)
                 and arg_t is not None
-                and not (arg_t.is_numeric_category or arg_t.kind.name == "INTERVAL")
+                and not (
+                    arg_t.is_numeric_category or (arg_t.kind.name == "INTERVAL" and not moments)
+                )
             ):
                 raise unsupported(a, f"{kind} of a {arg_t} value")
             out.append(

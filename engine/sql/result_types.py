@@ -36,6 +36,11 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
             return DOUBLE
         if arg.kind is TypeKind.INTERVAL:
             return arg
+    if kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+        if arg.kind in (*_INTS, TypeKind.BIGINT, TypeKind.NUMERIC):
+            return NUMERIC
+        if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
+            return DOUBLE
     if kind == "avg":
         if arg.kind in (*_INTS, TypeKind.BIGINT, TypeKind.NUMERIC):
             return NUMERIC

@@ -217,6 +217,16 @@ QUERIES = [
         id="agg-basic",
     ),
     Q(
+        "SELECT customer_id, stddev(amount) AS sd, variance(qty) AS vq, stddev_pop(discount) AS sp, "
+        "var_pop(amount) AS vp, var_samp(qty) FILTER (WHERE status <> 'new') AS vf, "
+        "stddev_samp(discount) AS ss FROM orders GROUP BY customer_id",
+        id="agg-stddev-variance",
+    ),
+    Q(
+        "SELECT stddev(amount) AS sd, variance(discount) AS vd, var_pop(qty) AS vq FROM orders",
+        id="agg-stddev-variance-global",
+    ),
+    Q(
         "SELECT status, sum(qty) AS sq, avg(qty) AS aq, sum(discount) AS sd, avg(discount) AS ad, "
         "max(discount) AS md FROM orders GROUP BY status",
         id="agg-int-float",

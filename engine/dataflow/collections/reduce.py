@@ -18,6 +18,7 @@ last output.
 from __future__ import annotations
 
 import decimal
+import functools
 import pickle
 from collections.abc import Sequence
 from itertools import compress, repeat
@@ -198,6 +199,12 @@ class ReduceCollection(StatefulCollection):
                 for g, d in _sum_deltas(G, V, W, ngroups).items():
                     acc = accs[g]
                     acc[ai] = merge(acc[ai], d)
+            elif kind in A.MOMENT_KINDS:
+                G, V, W = inputs.values(agg.arg, agg.filter)
+                squares = A.square_deltas(G, V, W)
+                for g, d in _sum_deltas(G, V, W, ngroups).items():
+                    acc = accs[g]
+                    acc[ai] = A.moments_merge(acc[ai], d, squares.get(g, 0))
             elif kind in _BOOL_KINDS:
                 G, V, W = inputs.values(agg.arg, agg.filter)
                 dt: dict[int, int] = {}
@@ -552,4 +559,5 @@ _FINAL = {
     "bool_and": A.bool_and_result,
     "bool_or": A.bool_or_result,
     "string_agg": None,
+    **{kind: functools.partial(A.moments_result, kind) for kind in A.MOMENT_KINDS},
 }
