@@ -410,8 +410,13 @@ class _Builder:
         from_ = sel.args.get("from_")
         if from_ is None:
             return lp.Values(((),), ())
-        plan = self.table_source(from_.this)
-        for join in sel.args.get("joins") or ():
+        return self.join_chain(from_.this, sel.args.get("joins") or ())
+
+    def join_chain(self, first: exp.Expression, joins) -> LogicalPlan:
+        """``first`` joined with each of ``joins`` in turn (left-deep, as written); a join's right
+        side may itself be a parenthesized join tree (``table_source``)."""
+        plan = self.table_source(first)
+        for join in joins:
             right = self.table_source(join.this)
             side = (join.args.get("side") or "").lower()
             kind = (join.args.get("kind") or "").lower()
@@ -436,6 +441,18 @@ class _Builder:
 
     def table_source(self, node: exp.Expression) -> LogicalPlan:
         alias = node.alias_or_name
+        if isinstance(node, exp.Table) and node.args.get("joins"):
+            # the inside of a parenthesized join tree: "(r JOIN s ON ...)"
+            first = node.copy()
+            first.set("joins", None)
+            return self.join_chain(first, node.args["joins"])
+        if isinstance(node, exp.Subquery) and isinstance(node.this, (exp.Table, exp.Subquery)):
+            # parentheses around a join tree or a table: the names inside stay visible
+            inner = self.table_source(node.this)
+            if node.alias:
+                cols = node.args["alias"].columns
+                return lp.SubqueryAlias(inner, node.alias, tuple(c.name for c in cols) or None)
+            return inner
         if isinstance(node, exp.Table):
             if not node.db and node.name in self.ctes:
                 return lp.SubqueryAlias(self.ctes[node.name], alias)
@@ -542,13 +559,21 @@ class _Builder:
 
     @staticmethod
     def _scope_aliases(sel: exp.Expression) -> set[str]:
-        aliases = set()
+        aliases: set[str] = set()
         from_ = sel.args.get("from_")
         items = ([from_.this] if from_ is not None else []) + [
             j.this for j in sel.args.get("joins") or ()
         ]
-        for it in items:
+        while items:
+            it = items.pop()
+            if isinstance(it, exp.Subquery) and isinstance(it.this, (exp.Table, exp.Subquery)):
+                if it.alias:
+                    aliases.add(it.alias)
+                else:  # a parenthesized join tree: the names inside are in scope
+                    items.append(it.this)
+                continue
             aliases.add(it.alias_or_name)
+            items += [j.this for j in it.args.get("joins") or ()]
         return aliases
 
     def _correlated(self, sub: exp.Select, outer_fields: tuple[Field, ...]):

@@ -557,6 +557,30 @@ QUERIES = [
         "SELECT t1.i, t1.qty AS a, t2.qty AS b FROM t t1 JOIN t t2 ON t1.i = t2.i",
         id="cte-self-join-two-aliases",
     ),
+    Q(
+        "WITH t(i, q) AS (SELECT customer_id, qty FROM orders WHERE qty > 0) "
+        "SELECT t.i, t1.q AS a, t2.q AS b FROM t JOIN t t1 ON t.i = t1.i "
+        "LEFT JOIN t t2 ON t2.i = t1.q",
+        id="cte-three-uses-column-list",
+    ),
+    # -- parenthesized join trees (issue 18) ----------------------------------------------------
+    Q(
+        "SELECT c.id AS cid, o.id AS oid, i.id AS iid, p.id AS pid "
+        "FROM (customers c FULL JOIN orders o ON c.id = o.customer_id) "
+        "FULL JOIN (order_items i FULL JOIN products p ON p.id = i.product_id) ON o.id = i.order_id",
+        id="join-tree-full-of-fulls",
+    ),
+    Q(
+        "SELECT c.id AS cid, o.id AS oid, i.id AS iid, p.name AS pname "
+        "FROM customers c LEFT JOIN (products p CROSS JOIN (orders o FULL JOIN order_items i "
+        "ON o.id = i.order_id)) ON c.id = o.customer_id AND p.id = i.product_id",
+        id="join-tree-left-of-cross-of-full",
+    ),
+    Q(
+        "SELECT c.name, o.amount, i.qty FROM ((customers c JOIN orders o ON c.id = o.customer_id)) "
+        "RIGHT JOIN order_items i ON i.order_id = o.id WHERE o.qty IS NULL OR o.qty > 1",
+        id="join-tree-parenthesized-left-operand",
+    ),
 ]
 
 
