@@ -24,6 +24,11 @@ from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, find_aggregates, sort_keys, window_call
 from engine.sql.catalog import Catalog, SourceTable
+from engine.sql.constant_relations import (
+    constant_relation,
+    is_constant_relation,
+    name_constant_relations,
+)
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
 from engine.sql.parse import DIALECT, parse_query, unsupported
@@ -139,6 +144,7 @@ class _Builder:
     def build(self, sql: str) -> BuiltView:
         raw = parse_query(sql)
         self._check_constructs(raw)
+        name_constant_relations(raw)
         names = self._output_names(raw)
         schema = self._resolve_tables(raw)
         try:
@@ -260,7 +266,7 @@ class _Builder:
         cte_names = {c.alias_or_name for c in raw.find_all(exp.CTE)}
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for t in raw.find_all(exp.Table):
-            if not t.db and t.name in cte_names:
+            if (not t.db and t.name in cte_names) or is_constant_relation(t):
                 continue
             if t.args.get("catalog"):
                 raise unsupported(t, "cross-database references are not supported")
@@ -441,6 +447,8 @@ class _Builder:
 
     def table_source(self, node: exp.Expression) -> LogicalPlan:
         alias = node.alias_or_name
+        if is_constant_relation(node):
+            return constant_relation(node)
         if isinstance(node, exp.Table) and node.args.get("joins"):
             # the inside of a parenthesized join tree: "(r JOIN s ON ...)"
             first = node.copy()
@@ -473,8 +481,6 @@ class _Builder:
             inner = self.query(node.this, None)
             cols = node.args.get("alias") and node.args["alias"].columns
             return lp.SubqueryAlias(inner, alias, tuple(c.name for c in cols) if cols else None)
-        if isinstance(node, exp.Values):
-            raise unsupported(node, "VALUES lists are not supported", "Use a table")
         raise unsupported(node, f"unsupported FROM item {type(node).__name__}")
 
     # -- WHERE and subqueries -------------------------------------------------------------------
