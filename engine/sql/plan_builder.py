@@ -25,6 +25,11 @@ from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, find_aggregates, sort_keys, window_call
 from engine.sql.catalog import Catalog, SourceTable
+from engine.sql.constant_relations import (
+    constant_relation,
+    is_constant_relation,
+    name_constant_relations,
+)
 from engine.sql.grouping_sets import expand_group, grouping_sets_plan
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
@@ -148,6 +153,7 @@ class _Builder:
         raw = parse_query(sql)
         self._check_constructs(raw)
         raw, self.source_views = inline_source_views(raw, self.catalog, self._check_constructs)
+        name_constant_relations(raw)
         names = self._output_names(raw)
         schema = self._resolve_tables(raw)
         try:
@@ -271,7 +277,7 @@ class _Builder:
         cte_names = {c.alias_or_name for c in raw.find_all(exp.CTE)}
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for t in raw.find_all(exp.Table):
-            if not t.db and t.name in cte_names:
+            if (not t.db and t.name in cte_names) or is_constant_relation(t):
                 continue
             if t.args.get("catalog"):
                 raise unsupported(t, "cross-database references are not supported")
@@ -430,8 +436,13 @@ class _Builder:
         from_ = sel.args.get("from_")
         if from_ is None:
             return lp.Values(((),), ())
-        plan = self.table_source(from_.this)
-        for join in sel.args.get("joins") or ():
+        return self.join_chain(from_.this, sel.args.get("joins") or ())
+
+    def join_chain(self, first: exp.Expression, joins) -> LogicalPlan:
+        """``first`` joined with each of ``joins`` in turn (left-deep, as written); a join's right
+        side may itself be a parenthesized join tree (``table_source``)."""
+        plan = self.table_source(first)
+        for join in joins:
             right = self.table_source(join.this)
             side = (join.args.get("side") or "").lower()
             kind = (join.args.get("kind") or "").lower()
@@ -456,6 +467,20 @@ class _Builder:
 
     def table_source(self, node: exp.Expression) -> LogicalPlan:
         alias = node.alias_or_name
+        if is_constant_relation(node):
+            return constant_relation(node)
+        if isinstance(node, exp.Table) and node.args.get("joins"):
+            # the inside of a parenthesized join tree: "(r JOIN s ON ...)"
+            first = node.copy()
+            first.set("joins", None)
+            return self.join_chain(first, node.args["joins"])
+        if isinstance(node, exp.Subquery) and isinstance(node.this, (exp.Table, exp.Subquery)):
+            # parentheses around a join tree or a table: the names inside stay visible
+            inner = self.table_source(node.this)
+            if node.alias:
+                cols = node.args["alias"].columns
+                return lp.SubqueryAlias(inner, node.alias, tuple(c.name for c in cols) or None)
+            return inner
         if isinstance(node, exp.Table):
             if not node.db and node.name in self.ctes:
                 return lp.SubqueryAlias(self.ctes[node.name], alias)
@@ -476,8 +501,6 @@ class _Builder:
             inner = self.query(node.this, None)
             cols = node.args.get("alias") and node.args["alias"].columns
             return lp.SubqueryAlias(inner, alias, tuple(c.name for c in cols) if cols else None)
-        if isinstance(node, exp.Values):
-            raise unsupported(node, "VALUES lists are not supported", "Use a table")
         raise unsupported(node, f"unsupported FROM item {type(node).__name__}")
 
     # -- WHERE and subqueries -------------------------------------------------------------------
@@ -562,13 +585,21 @@ class _Builder:
 
     @staticmethod
     def _scope_aliases(sel: exp.Expression) -> set[str]:
-        aliases = set()
+        aliases: set[str] = set()
         from_ = sel.args.get("from_")
         items = ([from_.this] if from_ is not None else []) + [
             j.this for j in sel.args.get("joins") or ()
         ]
-        for it in items:
+        while items:
+            it = items.pop()
+            if isinstance(it, exp.Subquery) and isinstance(it.this, (exp.Table, exp.Subquery)):
+                if it.alias:
+                    aliases.add(it.alias)
+                else:  # a parenthesized join tree: the names inside are in scope
+                    items.append(it.this)
+                continue
             aliases.add(it.alias_or_name)
+            items += [j.this for j in it.args.get("joins") or ()]
         return aliases
 
     def _correlated(self, sub: exp.Select, outer_fields: tuple[Field, ...]):

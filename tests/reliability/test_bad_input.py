@@ -211,11 +211,11 @@ SQL_CASES = [
     ),
     B(
         N,
-        "SELECT * FROM generate_series(1, 10) g",
+        "SELECT * FROM orders o, generate_series(1, o.id) g",
         U,
-        ["function in FROM", "GENERATE_SERIES"],
+        ["generate_series in FROM must be constant", "column \"o\".\"id\""],
         "line 1",
-        id="srf",
+        id="srf-over-a-column",
     ),
     # -- unsupported shapes -----------------------------------------------------------------------
     B(

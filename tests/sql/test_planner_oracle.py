@@ -611,6 +611,79 @@ QUERIES = [
         "SELECT t1.i, t1.qty AS a, t2.qty AS b FROM t t1 JOIN t t2 ON t1.i = t2.i",
         id="cte-self-join-two-aliases",
     ),
+    Q(
+        "WITH t(i, q) AS (SELECT customer_id, qty FROM orders WHERE qty > 0) "
+        "SELECT t.i, t1.q AS a, t2.q AS b FROM t JOIN t t1 ON t.i = t1.i "
+        "LEFT JOIN t t2 ON t2.i = t1.q",
+        id="cte-three-uses-column-list",
+    ),
+    # -- parenthesized join trees (issue 18) ----------------------------------------------------
+    Q(
+        "SELECT c.id AS cid, o.id AS oid, i.id AS iid, p.id AS pid "
+        "FROM (customers c FULL JOIN orders o ON c.id = o.customer_id) "
+        "FULL JOIN (order_items i FULL JOIN products p ON p.id = i.product_id) ON o.id = i.order_id",
+        id="join-tree-full-of-fulls",
+    ),
+    Q(
+        "SELECT c.id AS cid, o.id AS oid, i.id AS iid, p.name AS pname "
+        "FROM customers c LEFT JOIN (products p CROSS JOIN (orders o FULL JOIN order_items i "
+        "ON o.id = i.order_id)) ON c.id = o.customer_id AND p.id = i.product_id",
+        id="join-tree-left-of-cross-of-full",
+    ),
+    Q(
+        "SELECT c.name, o.amount, i.qty FROM ((customers c JOIN orders o ON c.id = o.customer_id)) "
+        "RIGHT JOIN order_items i ON i.order_id = o.id WHERE o.qty IS NULL OR o.qty > 1",
+        id="join-tree-parenthesized-left-operand",
+    ),
+    # -- constant relations: VALUES, generate_series, unnest (issue 18) -------------------------
+    Q(
+        "SELECT v.i, v.s, c.name FROM (VALUES (1, 'a'), (2, NULL), (3, 'c'), (NULL, 'd'), (3, 'c')) "
+        "AS v(i, s) LEFT JOIN customers c ON c.id = v.i",
+        id="const-values-left-join-table",
+    ),
+    Q(
+        "SELECT o.id, v.label, v.w FROM orders o JOIN (VALUES ('paid', 'P', 1), ('new', 'N', 2.5), "
+        "('shipped', NULL, NULL)) AS v(st, label, w) ON o.status = v.st",
+        id="const-values-mapping-table",
+    ),
+    Q("SELECT * FROM (VALUES (1, 2.5), (2, NULL), (2, 3)) v", id="const-values-alone"),
+    Q(
+        "WITH s(st) AS (VALUES ('paid'), ('new')) "
+        "SELECT o.id, o.status FROM orders o WHERE o.status IN (SELECT st FROM s)",
+        id="const-values-cte-in",
+    ),
+    Q(
+        "SELECT g.x, count(o.id) AS n, sum(o.amount) AS total FROM generate_series(0, 10, 2) "
+        "AS g(x) LEFT JOIN orders o ON o.qty = g.x GROUP BY g.x",
+        id="const-series-left-join-aggregate",
+    ),
+    Q(
+        "SELECT g.g, o.id FROM generate_series(5, 1, -1) g JOIN orders o ON o.customer_id = g.g",
+        id="const-series-descending-join",
+    ),
+    Q(
+        "SELECT generate_series AS s FROM generate_series(1.5, 3, 0.5)",
+        id="const-series-numeric",
+    ),
+    Q(
+        "SELECT u.x, p.name FROM unnest(ARRAY[1, 2, 3, NULL, 3]) AS u(x) "
+        "LEFT JOIN products p ON p.id = u.x",
+        id="const-unnest-left-join",
+    ),
+    Q(
+        "SELECT unnest AS st, count(*) AS n FROM unnest(ARRAY['paid', 'new', 'x']) "
+        "JOIN orders o ON o.status = unnest GROUP BY unnest",
+        id="const-unnest-unaliased-group",
+    ),
+    Q(
+        "SELECT * FROM unnest(ARRAY[1, 2, 3], ARRAY['a', NULL]) AS u(n, l)",
+        id="const-unnest-two-arrays",
+    ),
+    Q(
+        "SELECT v.k, c.id AS cid, o.id AS oid FROM (VALUES (1), (2)) v(k) "
+        "CROSS JOIN (customers c JOIN orders o ON c.id = o.customer_id) WHERE o.qty = v.k",
+        id="const-values-cross-join-tree",
+    ),
 ]
 
 

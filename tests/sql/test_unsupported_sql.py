@@ -252,10 +252,89 @@ BAD = [
         id="recursive-cte",
     ),
     B(
-        "SELECT * FROM (VALUES (1), (2)) v(x)",
-        ["VALUES lists"],
+        "SELECT * FROM orders o, (VALUES (o.qty), (2)) v(x)",
+        ["VALUES in FROM must be constant", "o", "qty"],
         "line 1",
-        id="values",
+        id="values-lateral",
+    ),
+    # -- constant relations: what stays refused (issue 18) ----------------------------------------
+    B(
+        "SELECT * FROM (VALUES (1, 2), (3)) v(x, y)",
+        ["VALUES lists must all be the same length"],
+        "line 1, column 32",
+        id="values-ragged",
+    ),
+    B(
+        "SELECT * FROM (VALUES (1), (DATE '2024-01-01')) v(x)",
+        ["VALUES types date and integer cannot be matched"],
+        "line 1, column 24",
+        id="values-type-mismatch",
+    ),
+    B(
+        "SELECT * FROM (VALUES (10 / 0)) v(x)",
+        ["VALUES raises an error", "division by zero"],
+        "line 1, column 24",
+        id="values-error",
+    ),
+    B(
+        "SELECT * FROM (VALUES (1)) v(x, y)",
+        ["v has 1 column(s) available but 2 are named"],
+        None,
+        id="values-too-many-names",
+    ),
+    B(
+        "SELECT o.id, g.x FROM orders o, generate_series(1, o.qty) g(x)",
+        ["generate_series in FROM must be constant", "qty"],
+        "line 1, column 52",
+        id="series-lateral",
+    ),
+    B(
+        "SELECT * FROM generate_series(1, 10, 0) g",
+        ["step size cannot equal zero"],
+        "line 1, column 15",
+        id="series-step-zero",
+    ),
+    B(
+        "SELECT * FROM generate_series(DATE '2024-01-01', DATE '2024-02-01', interval '1 day') d",
+        ["generate_series over date and interval", "integer, bigint and numeric"],
+        "line 1, column 15",
+        id="series-dates",
+    ),
+    B(
+        "SELECT * FROM generate_series(1, 100000000) g",
+        ["100000000 rows", "limited to 1000000"],
+        "line 1, column 15",
+        id="series-too-long",
+    ),
+    B(
+        "SELECT * FROM generate_series(1, 3) WITH ORDINALITY g(x, n)",
+        ["WITH ORDINALITY"],
+        "line 1, column 15",
+        id="series-ordinality",
+    ),
+    B(
+        "SELECT * FROM unnest(ARRAY[1, 2]) WITH ORDINALITY u(x, n)",
+        ["WITH ORDINALITY"],
+        "line 1, column 28",
+        id="unnest-ordinality",
+    ),
+    B(
+        "SELECT * FROM unnest(ARRAY[1, 2], ARRAY[3]) u",
+        ["several arrays needs a column list"],
+        "line 1, column 28",
+        id="unnest-two-arrays-unnamed",
+    ),
+    B(
+        "SELECT * FROM unnest(ARRAY[ARRAY[1], ARRAY[2]]) u",
+        ["multidimensional"],
+        "line 1",
+        id="unnest-2d",
+    ),
+    B(
+        "SELECT * FROM unnest(ARRAY[]) u",
+        ["type of an empty array"],
+        None,
+        id="unnest-empty",
     ),
     B(
         "SELECT id FROM customers c "
