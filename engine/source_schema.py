@@ -76,16 +76,9 @@ class SourceSchema:
         """None while every table and column the view reads is there with its type; else a
         message naming the first one that changed. ``current``: ``current_columns`` of (at
         least) the view's tables, read once for many views."""
-        if self.views:
-            now = view_definitions(conn, list(self.views))
-            for view, definition in sorted(self.views.items()):
-                if view not in now:
-                    return f"source view {view} was dropped or renamed; {FIX}"
-                if now[view] != definition:
-                    return (
-                        f"source view {view} was re-defined (CREATE OR REPLACE VIEW): the view "
-                        f"was planned over its old definition; {FIX}"
-                    )
+        changed = self._view_drift(conn)
+        if changed is not None:
+            return changed
         if current is None:
             current = current_columns(conn, list(self.tables))
         for table, columns in sorted(self.tables.items()):
@@ -100,6 +93,21 @@ class SourceSchema:
                         f"column {column} of source table {table} changed type from {typ} to "
                         f"{now[column]}; {FIX}"
                     )
+        return None
+
+    def _view_drift(self, conn: psycopg.Connection) -> str | None:
+        """The message for the first source view dropped or re-defined since, else None."""
+        if not self.views:
+            return None
+        definitions = view_definitions(conn, list(self.views))
+        for view, definition in sorted(self.views.items()):
+            if view not in definitions:
+                return f"source view {view} was dropped or renamed; {FIX}"
+            if definitions[view] != definition:
+                return (
+                    f"source view {view} was re-defined (CREATE OR REPLACE VIEW): the view was "
+                    f"planned over its old definition; {FIX}"
+                )
         return None
 
     def missing_columns(self, table: str, columns: tuple[str, ...]) -> str | None:
