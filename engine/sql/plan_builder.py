@@ -30,6 +30,7 @@ from engine.sql.constant_relations import (
     is_constant_relation,
     name_constant_relations,
 )
+from engine.sql.exists_mark import exists_mark
 from engine.sql.grouping_sets import expand_group, grouping_sets_plan
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
@@ -361,6 +362,7 @@ class _Builder:
         order = sel.args.get("order")
         group = sel.args.get("group")
         holder = [plan]  # scalar subqueries in the select list join their plans in here
+        exprs = [self._replace_exists(e, holder) for e in exprs]
         exprs = [self._replace_scalar_subqueries(e, holder) for e in exprs]
         plan = holder[0]
         aggs = [
@@ -515,15 +517,16 @@ class _Builder:
             else:
                 plain.append(c)
         holder = [plan]
+        plain = [self._replace_exists(c, holder) for c in plain]
         plain = [self._replace_scalar_subqueries(c, holder) for c in plain]
         plan = holder[0]
         for c in plain:
-            for sub in c.find_all(exp.Exists, exp.In):
-                if isinstance(sub, exp.Exists) or sub.args.get("query") is not None:
+            for sub in c.find_all(exp.In):
+                if sub.args.get("query") is not None:
                     raise unsupported(
                         sub,
-                        "EXISTS/IN (subquery) must be a top-level AND condition of WHERE",
-                        "Rewrite the OR as a UNION of two queries",
+                        "IN (subquery) must be a top-level AND condition of WHERE",
+                        "Write it as EXISTS (correlated by equality), which may stand anywhere",
                     )
         pred = and_all(plain)
         if pred is not None:
@@ -645,6 +648,20 @@ class _Builder:
         def fix(n):
             if isinstance(n, exp.Column) and n.table in inner_aliases:
                 return lp.column(f"{n.table}.{n.name}", alias)
+            return n
+
+        return e.copy().transform(fix)
+
+    def _replace_exists(self, e: exp.Expression, holder: list[LogicalPlan]) -> exp.Expression:
+        """Each EXISTS in ``e`` (under OR, NOT or CASE, in the select list) becomes a mark of a
+        LEFT JOIN with the subquery's distinct correlation keys (holder[0] is updated)."""
+        if not any(isinstance(n, exp.Exists) for n in e.walk()):
+            return e
+
+        def fix(n):
+            if isinstance(n, exp.Exists):
+                holder[0], mark = exists_mark(self, n, holder[0])
+                return mark
             return n
 
         return e.copy().transform(fix)

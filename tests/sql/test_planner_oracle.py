@@ -355,6 +355,28 @@ QUERIES = [
         id="subquery-not-in-nulls",
     ),
     Q(
+        "SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.customer_id = c.id AND o.amount > 100) OR c.segment = 'a'",
+        id="subquery-exists-under-or",
+    ),
+    Q(
+        "SELECT c.id FROM customers c WHERE NOT (EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.customer_id = c.id) AND c.score > 10)",
+        id="subquery-exists-under-not",
+    ),
+    Q(
+        "SELECT c.id, EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id "
+        "AND o.status = 'paid') AS has_paid, CASE WHEN EXISTS (SELECT 1 FROM order_items i "
+        "JOIN orders o ON o.id = i.order_id WHERE o.customer_id = c.id AND i.qty > 2) "
+        "THEN 'bulk' ELSE 'small' END AS kind FROM customers c",
+        id="subquery-exists-in-select-list-and-case",
+    ),
+    Q(
+        "SELECT o.id, o.status FROM orders o WHERE o.status = 'new' OR NOT EXISTS "
+        "(SELECT 1 FROM order_items i WHERE i.order_id = o.id AND i.price = o.amount)",
+        id="subquery-not-exists-under-or-two-keys",
+    ),
+    Q(
         "SELECT c.id, c.name FROM customers c WHERE EXISTS "
         "(SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.status = 'paid')",
         id="subquery-exists",

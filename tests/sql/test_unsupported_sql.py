@@ -345,10 +345,17 @@ BAD = [
     ),
     B(
         "SELECT id FROM customers c WHERE c.score > 0 "
-        "OR EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)",
-        ["top-level AND condition", "UNION"],
+        "OR EXISTS (SELECT 1 FROM orders o WHERE o.amount > c.score)",
+        ["EXISTS must be correlated by equalities"],
         "line 1",
-        id="exists-under-or",
+        id="exists-under-or-correlated-by-inequality",
+    ),
+    B(
+        "SELECT id FROM customers c WHERE c.score > 0 "
+        "OR c.id IN (SELECT customer_id FROM orders)",
+        ["IN (subquery) must be a top-level AND condition", "EXISTS"],
+        "line 1",
+        id="in-subquery-under-or",
     ),
     B(
         "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers)",
