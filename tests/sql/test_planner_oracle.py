@@ -706,6 +706,96 @@ QUERIES = [
         "CROSS JOIN (customers c JOIN orders o ON c.id = o.customer_id) WHERE o.qty = v.k",
         id="const-values-cross-join-tree",
     ),
+    # -- corpus: combinations (issue 18) ---------------------------------------------------------
+    Q(
+        "WITH paid AS (SELECT customer_id, amount, created FROM orders WHERE status = 'paid') "
+        "SELECT customer_id, amount, rank() OVER (PARTITION BY customer_id ORDER BY amount DESC) "
+        "AS r, sum(amount) OVER (PARTITION BY customer_id) AS total FROM paid",
+        id="mix-cte-window",
+    ),
+    Q(
+        "SELECT c.segment, p.category, sum(i.qty * i.price) AS revenue FROM order_items i "
+        "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id "
+        "JOIN products p ON p.id = i.product_id GROUP BY ROLLUP (c.segment, p.category)",
+        id="mix-four-way-join-rollup",
+    ),
+    Q(
+        "SELECT v.label, count(o.id) AS n FROM (VALUES ('paid', 'done'), ('new', 'open'), "
+        "('shipped', 'done')) AS v(status, label) LEFT JOIN orders o ON o.status = v.status "
+        "GROUP BY v.label",
+        id="mix-values-left-join-aggregate",
+    ),
+    Q(
+        "SELECT g.n, count(o.id) AS orders FROM generate_series(0, 5) AS g(n) "
+        "LEFT JOIN orders o ON o.qty = g.n GROUP BY g.n",
+        id="mix-series-histogram",
+    ),
+    Q(
+        "SELECT id, upper(coalesce(name, '?')) AS n, length(name) AS len, "
+        "CASE WHEN score IS NULL THEN 'none' WHEN score > 50 THEN 'high' ELSE 'low' END AS band "
+        "FROM customers",
+        id="mix-strings-case-coalesce",
+    ),
+    Q(
+        "SELECT id, created + 30 AS due, created - DATE '2024-01-01' AS days, "
+        "extract(month FROM created) AS m FROM orders WHERE created IS NOT NULL",
+        id="mix-date-arithmetic",
+    ),
+    Q(
+        "SELECT status, count(*) AS n FROM orders GROUP BY status "
+        "HAVING count(*) > 2 AND max(amount) > 100 OR min(qty) IS NULL",
+        id="mix-having-or",
+    ),
+    Q(
+        "SELECT 'order' AS kind, status AS k, count(*) AS n FROM orders GROUP BY status "
+        "UNION ALL SELECT 'customer', segment, count(*) FROM customers GROUP BY segment",
+        id="mix-union-all-of-aggregates",
+    ),
+    Q(
+        "SELECT DISTINCT ON (customer_id) customer_id, id, amount FROM orders "
+        "WHERE amount IS NOT NULL ORDER BY customer_id, amount DESC, id",
+        id="mix-distinct-on-latest",
+    ),
+    Q(
+        "SELECT t.customer_id, t.n FROM (SELECT customer_id, count(*) AS n FROM orders "
+        "GROUP BY customer_id) t JOIN (SELECT id FROM customers WHERE segment IS NOT NULL) c "
+        "ON c.id = t.customer_id WHERE t.n > 1",
+        id="mix-joined-derived-tables",
+    ),
+    Q(
+        "SELECT c.id, (SELECT count(*) FROM orders o WHERE o.customer_id = c.id) AS n, "
+        "(SELECT max(amount) FROM orders o WHERE o.customer_id = c.id) AS top FROM customers c",
+        id="mix-two-correlated-scalars",
+    ),
+    Q(
+        "SELECT customer_id FROM orders WHERE status = 'paid' INTERSECT "
+        "SELECT customer_id FROM orders WHERE status = 'new' EXCEPT SELECT id FROM customers "
+        "WHERE segment = 'a'",
+        id="mix-intersect-except",
+    ),
+    Q(
+        "SELECT p.category, avg(i.price) AS avg_price, stddev_pop(i.qty) AS sd_qty, "
+        "bool_or(i.qty > 3) AS any_bulk FROM products p JOIN order_items i "
+        "ON i.product_id = p.id GROUP BY p.category",
+        id="mix-aggregates-over-join",
+    ),
+    Q(
+        "SELECT o.id, o.amount, o.amount / nullif(o.qty, 0) AS unit, "
+        "round(o.amount * 1.2, 1) AS gross FROM orders o",
+        id="mix-arithmetic-nullif-round",
+    ),
+    Q(
+        "SELECT x.customer_id, x.first_amount FROM (SELECT customer_id, first_value(amount) "
+        "OVER (PARTITION BY customer_id ORDER BY created, id) AS first_amount, row_number() "
+        "OVER (PARTITION BY customer_id ORDER BY created, id) AS rn FROM orders) x WHERE x.rn = 1",
+        id="mix-first-value-top-1",
+    ),
+    Q(
+        "SELECT c.region, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.customer_id = c.id)) AS buyers, count(*) AS all_customers FROM customers c "
+        "GROUP BY c.region",
+        id="mix-exists-in-filter",
+    ),
 ]
 
 
