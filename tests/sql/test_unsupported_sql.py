@@ -351,8 +351,7 @@ BAD = [
         id="exists-under-or-correlated-by-inequality",
     ),
     B(
-        "SELECT id FROM customers c WHERE c.score > 0 "
-        "OR c.id IN (SELECT customer_id FROM orders)",
+        "SELECT id FROM customers c WHERE c.score > 0 OR c.id IN (SELECT customer_id FROM orders)",
         ["IN (subquery) must be a top-level AND condition", "EXISTS"],
         "line 1",
         id="in-subquery-under-or",
