@@ -25,16 +25,7 @@ def exists_mark(builder, node: exp.Exists, plan: LogicalPlan) -> tuple[LogicalPl
     """``plan`` LEFT JOIN the marked keys of ``node``'s subquery, and the EXISTS' value."""
     from engine.sql.plan_builder import and_all, conjuncts, qualifiers
 
-    sub = node.this.this if isinstance(node.this, exp.Subquery) else node.this
-    if not isinstance(sub, exp.Select):
-        raise unsupported(node, "EXISTS over a set operation is not supported")
-    right, cond = builder._correlated(sub, plan.fields)
-    if cond is None:
-        raise unsupported(
-            node,
-            "an uncorrelated EXISTS is not supported",
-            "Correlate it with the outer query, or use a join",
-        )
+    right, cond = builder.exists_subquery(node, plan)
     inner = right.alias
     pairs: list[tuple[exp.Expression, exp.Expression]] = []
     for c in conjuncts(cond):

@@ -555,17 +555,7 @@ class _Builder:
     def _semi_anti(self, c: exp.Expression, plan: LogicalPlan) -> LogicalPlan:
         kind, node = self._subquery_predicate(c)  # type: ignore[misc]
         if kind in ("semi", "anti"):
-            sub = node.this
-            sub = sub.this if isinstance(sub, exp.Subquery) else sub
-            if not isinstance(sub, exp.Select):
-                raise unsupported(node, "EXISTS over a set operation is not supported")
-            right, cond = self._correlated(sub, plan.fields)
-            if cond is None:
-                raise unsupported(
-                    node,
-                    "an uncorrelated EXISTS is not supported",
-                    "Correlate it with the outer query, or use a join",
-                )
+            right, cond = self.exists_subquery(node, plan)
             return lp.Join(plan, right, kind, cond)
         query = node.args["query"]
         sub = query.this if isinstance(query, exp.Subquery) else query
@@ -585,6 +575,23 @@ class _Builder:
         right = lp.SubqueryAlias(right, alias, ("v",))
         cond = exp.EQ(this=node.this, expression=lp.column("v", alias))
         return lp.Join(plan, right, "semi" if kind == "semi_in" else "anti_null_aware", cond)
+
+    def exists_subquery(
+        self, node: exp.Exists, plan: LogicalPlan
+    ) -> tuple[LogicalPlan, exp.Expression]:
+        """The plan of an EXISTS' subquery (FROM and local WHERE) and its correlation with
+        ``plan`` as a join condition; refuses set operations and uncorrelated subqueries."""
+        sub = node.this.this if isinstance(node.this, exp.Subquery) else node.this
+        if not isinstance(sub, exp.Select):
+            raise unsupported(node, "EXISTS over a set operation is not supported")
+        right, cond = self._correlated(sub, plan.fields)
+        if cond is None:
+            raise unsupported(
+                node,
+                "an uncorrelated EXISTS is not supported",
+                "Correlate it with the outer query, or use a join",
+            )
+        return right, cond
 
     @staticmethod
     def _scope_aliases(sel: exp.Expression) -> set[str]:
