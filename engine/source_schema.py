@@ -71,12 +71,16 @@ class SourceSchema:
 
     # -- checking -----------------------------------------------------------------------------
     def drift(
-        self, conn: psycopg.Connection, current: Mapping[str, Mapping[str, str]] | None = None
+        self,
+        conn: psycopg.Connection,
+        current: Mapping[str, Mapping[str, str]] | None = None,
+        definitions: Mapping[str, str] | None = None,
     ) -> str | None:
-        """None while every table and column the view reads is there with its type; else a
-        message naming the first one that changed. ``current``: ``current_columns`` of (at
-        least) the view's tables, read once for many views."""
-        changed = self._view_drift(conn)
+        """None while every table and column the view reads is there with its type, and every
+        source view has its definition; else a message naming the first one that changed.
+        ``current`` / ``definitions``: ``current_columns`` / ``view_definitions`` of (at least)
+        the view's tables / source views, read once for many views."""
+        changed = self._view_drift(conn, definitions)
         if changed is not None:
             return changed
         if current is None:
@@ -95,11 +99,14 @@ class SourceSchema:
                     )
         return None
 
-    def _view_drift(self, conn: psycopg.Connection) -> str | None:
+    def _view_drift(
+        self, conn: psycopg.Connection, definitions: Mapping[str, str] | None
+    ) -> str | None:
         """The message for the first source view dropped or re-defined since, else None."""
         if not self.views:
             return None
-        definitions = view_definitions(conn, list(self.views))
+        if definitions is None:
+            definitions = view_definitions(conn, list(self.views))
         for view, definition in sorted(self.views.items()):
             if view not in definitions:
                 return f"source view {view} was dropped or renamed; {FIX}"

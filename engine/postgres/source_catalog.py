@@ -69,11 +69,11 @@ class PostgresCatalog:
         row = self.conn.execute(_VIEW, (schema, name)).fetchone()
         if row is None:
             return None
-        return f"{schema}.{name}", row[1], list(row[2])
+        return f"{schema}.{name}", row[0], list(row[1])
 
 
 _VIEW = """
-SELECT c.oid, pg_get_viewdef(c.oid, true),
+SELECT pg_get_viewdef(c.oid, true),
        array(SELECT a.attname::text FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
