@@ -8,8 +8,8 @@ CUBE; a parenthesized list inside ROLLUP/CUBE is one element; several items of t
 (``GROUP BY c, ROLLUP (a, b)``) multiply out, set by set. Duplicate sets stay (Postgres keeps
 them without ``GROUP BY DISTINCT``). A plain GROUP BY gives None. ``grouping_mask`` is the value
 of ``GROUPING(args)`` within one set: one bit per argument, the leftmost most significant, set
-when the argument is not grouped by. The planner builds one aggregate per set and a UNION ALL
-(``engine.sql.plan_builder``). This module only reads the clause.
+when the argument is not grouped by. ``grouping_sets_plan`` builds the plan the planner
+(``engine.sql.plan_builder``) uses: one aggregate per set, under UNION ALL.
 """
 
 from __future__ import annotations

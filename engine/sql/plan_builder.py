@@ -21,6 +21,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from engine.dataflow.aggregates import MOMENT_KINDS
 from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, find_aggregates, sort_keys, window_call
@@ -817,7 +818,7 @@ class _Builder:
             if call.filter is not None:
                 self.types_of([call.filter], plan.fields)
             kind = call.kind
-            moments = kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
+            moments = kind in MOMENT_KINDS
             if (
                 (kind in ("sum", "avg") or moments)
                 and arg_t is not None

@@ -9,6 +9,7 @@ first_value/last_value/nth_value -> the argument's type. This module must not lo
 
 from __future__ import annotations
 
+from engine.dataflow.aggregates import MOMENT_KINDS
 from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, NUMERIC, TEXT, SqlType, TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
@@ -36,7 +37,7 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
             return DOUBLE
         if arg.kind is TypeKind.INTERVAL:
             return arg
-    if kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+    if kind in MOMENT_KINDS:
         if arg.kind in (*_INTS, TypeKind.BIGINT, TypeKind.NUMERIC):
             return NUMERIC
         if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
