@@ -18,21 +18,21 @@ from sqlglot import exp
 from engine.sql.logical_plan import SortKey
 from engine.sql.parse import unsupported
 
-AGGREGATE_NODES = (
-    exp.Count,
-    exp.Sum,
-    exp.Avg,
-    exp.Min,
-    exp.Max,
-    exp.LogicalAnd,
-    exp.LogicalOr,
-    exp.GroupConcat,
-    exp.Stddev,
-    exp.StddevSamp,
-    exp.StddevPop,
-    exp.Variance,
-    exp.VariancePop,
-)
+# one-argument aggregates: sqlglot's node -> incview's kind
+SIMPLE_AGGREGATES = {
+    exp.Sum: "sum",
+    exp.Avg: "avg",
+    exp.Min: "min",
+    exp.Max: "max",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
+    exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop",
+    exp.Variance: "var_samp",
+    exp.VariancePop: "var_pop",
+}
+AGGREGATE_NODES = (exp.Count, exp.GroupConcat, *SIMPLE_AGGREGATES)
 AGGREGATE_NAMES = {
     "every": "bool_and",
     "bool_and": "bool_and",
@@ -125,20 +125,7 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
                 raise unsupported(node, "count(DISTINCT) of several expressions")
             return AggregateCall("count_distinct", arg.expressions[0], filt)
         return AggregateCall("count", arg, filt)
-    simple = {
-        exp.Sum: "sum",
-        exp.Avg: "avg",
-        exp.Min: "min",
-        exp.Max: "max",
-        exp.LogicalAnd: "bool_and",
-        exp.LogicalOr: "bool_or",
-        exp.Stddev: "stddev_samp",
-        exp.StddevSamp: "stddev_samp",
-        exp.StddevPop: "stddev_pop",
-        exp.Variance: "var_samp",
-        exp.VariancePop: "var_pop",
-    }
-    for cls, kind in simple.items():
+    for cls, kind in SIMPLE_AGGREGATES.items():
         if type(node) is cls:
             if isinstance(node.this, exp.Distinct):
                 raise unsupported(
