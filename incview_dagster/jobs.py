@@ -45,8 +45,8 @@ class StreamingJobStatus:
     log_path: Path
 
 
-# the launcher's name of the commander's process (no view is named so: it is not schema.table)
-COMMANDER_JOB = "_commander"
+# the launcher's name of the commander's process: in schema incview, which no view may use
+COMMANDER_JOB = "incview.commander"
 COMMANDER_MODULE = "incview_dagster.commander_job"
 
 
