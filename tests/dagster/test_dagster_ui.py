@@ -122,6 +122,17 @@ class Page:
                 raise AssertionError(f"{missing} not on {self.page.url}:\n{body[:3000]}")
             time.sleep(0.5)
 
+    def wait_count(self, text: str, count: int, timeout_s: float = 45) -> str:
+        """The body once ``text`` shows ``count`` times (the asset cards' live data, such as
+        their checks' status, loads after their names)."""
+        deadline = time.monotonic() + timeout_s
+        while (body := self.text()).count(text) < count:
+            if time.monotonic() > deadline:
+                self.shot("timeout")
+                raise AssertionError(f"{text!r} not {count} times on {self.page.url}:\n{body}")
+            time.sleep(0.5)
+        return body
+
     def wait_gone(self, text: str, timeout_s: float = 45) -> None:
         deadline = time.monotonic() + timeout_s
         while text in self.text():
@@ -239,12 +250,13 @@ def explore(page: Page) -> None:
     page.dismiss_dialogs()
     page.page.locator("svg[class*=svgContainer]").click(button="right", position={"x": 40, "y": 40})
     page.page.get_by_role("menuitem", name=re.compile("Expand all groups")).click()
-    body = page.wait_for(*VIEWS, *TABLES)
+    page.wait_for(*VIEWS, *TABLES)
+    body = page.wait_count("2 / 2 Passed", len(VIEWS))  # each view's two checks
     time.sleep(1)  # the edges' layout animation
     graph = page.graph()
     assert set(graph["nodes"]) == {*VIEWS, *TABLES}, graph
     assert {tuple(e) for e in graph["edges"]} == EDGES, graph["edges"]
-    assert body.count("2 / 2 Passed") == len(VIEWS), body  # each view's two checks
+    assert body.count("2 / 2 Passed") == len(VIEWS), body  # and no more
     page.zoom_out(3)
     page.shot("asset-graph-with-lineage")
 
