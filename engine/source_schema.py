@@ -48,7 +48,10 @@ class SourceSchema:
     ) -> SourceSchema:
         """From a ViewPlan's ``sources`` and ``source_views`` and the dataflow's ``inputs`` (the
         columns it reads)."""
-        types = {s.qualified_name: {c.name: c.type.sql() for c in s.columns} for s in sources}
+        types = {
+            s.qualified_name: {c.name: c.pg_type or c.type.sql() for c in s.columns}
+            for s in sources
+        }
         return cls(
             {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()}, dict(views or {})
         )

@@ -45,6 +45,7 @@ from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
+from engine.postgres.pg_types import TypeResolver
 from engine.postgres.pgoutput import (
     Begin,
     Commit,
@@ -60,6 +61,7 @@ from engine.postgres.pgoutput import (
 from engine.postgres.source_tree import ancestors, descendants
 from engine.postgres.tx_spill import SpilledChanges
 from engine.postgres.waiting import WaitedTooLong, waits_reported
+from engine.sql.types import SqlType
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
 SESSION_SETTINGS = {
@@ -286,7 +288,8 @@ class CdcReader:
         self.conninfo = conninfo
         self.slot = slot
         self.publication = publication
-        self.decoder = PgOutputDecoder()
+        self.decoder = PgOutputDecoder(resolve=self._resolve_type)
+        self._types: dict[int, SqlType] = {}
         # End LSN of the last transaction returned by poll(): later polls skip up to it.
         self.last_lsn = parse_lsn(after_lsn) if isinstance(after_lsn, str) else after_lsn
         # whether the last poll() read to the end of the WAL flushed when it peeked (nothing
@@ -318,6 +321,16 @@ class CdcReader:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _resolve_type(self, type_oid: int) -> SqlType:
+        """A column type that is not built in (an enum, a domain, an array of them), read from
+        pg_type on a short connection of its own: the decoder asks while the reader's session
+        may be streaming a peek."""
+        t = self._types.get(type_oid)
+        if t is None:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                t = self._types[type_oid] = TypeResolver(conn).resolve(type_oid)
+        return t
 
     def __enter__(self) -> CdcReader:
         return self

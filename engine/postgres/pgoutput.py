@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -197,8 +197,14 @@ class PgOutputDecoder:
     Begin(final_lsn=26362384, commit_ts=datetime.datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=datetime.timezone.utc), xid=42)
     """
 
-    def __init__(self, timezone: datetime.tzinfo = datetime.UTC) -> None:
+    def __init__(
+        self,
+        timezone: datetime.tzinfo = datetime.UTC,
+        resolve: Callable[[int], SqlType] | None = None,
+    ) -> None:
         self.timezone = timezone
+        # type oid -> SqlType for types that are not built in (enums, domains, their arrays)
+        self.resolve = resolve
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
         self._parsers: dict[int, tuple[values.Parser, ...]] = {}
@@ -280,7 +286,7 @@ class PgOutputDecoder:
             return old  # re-sent unchanged (every decoding call): keep the cached object
         self.relations[oid] = rel
         tz = self.timezone
-        parsers = tuple(values.parser_for(c.type_oid, tz) for c in rel.columns)
+        parsers = tuple(values.parser_for(c.type_oid, tz, self.resolve) for c in rel.columns)
         self._parsers[oid] = parsers
         self._readers[oid] = tuple_reader(parsers)
         return rel

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from operator import itemgetter
 
@@ -32,6 +32,8 @@ from psycopg import sql
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
+from engine.postgres import values
+from engine.postgres.arrays import array_literal
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
 from engine.view_names import STAGING_SUFFIX
@@ -55,8 +57,19 @@ COPY_TYPES: dict[TypeKind, str] = {
     TypeKind.TIMESTAMPTZ: "timestamptz",
     TypeKind.INTERVAL: "interval",
     TypeKind.TIME: "time",
+    TypeKind.UUID: "uuid",
+    TypeKind.BYTEA: "bytea",
+    TypeKind.NAME: "text",
+    TypeKind.ENUM: "text",
+    # these go by text COPY (``_TEXT_COPY``), parsed by the column's input function
+    TypeKind.JSONB: "text",
+    TypeKind.INET: "text",
+    TypeKind.CIDR: "text",
+    TypeKind.ARRAY: "text",
     TypeKind.UNKNOWN: "text",
 }
+# Kinds whose binary form is not their text: a table with such a column is COPYed as text.
+_TEXT_COPY = frozenset({TypeKind.JSONB, TypeKind.INET, TypeKind.CIDR, TypeKind.ARRAY})
 
 # The multiset delete finds a diff row's copies in the result table through an expression index
 # on ``hash_record(ROW(<all columns>))``: Postgres' record hash hashes each column with its
@@ -68,7 +81,29 @@ _ROW_HASH = "hash_record"
 
 def _base_type_sql(t: SqlType) -> str:
     """``t`` without length/precision (a cast to it never truncates or rounds)."""
+    if t.kind is TypeKind.ENUM or t.kind is TypeKind.ARRAY:
+        return t.sql()
     return "bpchar" if t.kind is TypeKind.CHAR else SqlType(t.kind).sql()
+
+
+def _encoding(write: Callable[[tuple], None], encode: Callable[[tuple], tuple]) -> Callable:
+    return lambda row: write(encode(row))
+
+
+def _array_encoder(columns: list[tuple[str, SqlType]]) -> Callable[[tuple], tuple] | None:
+    """A row mapper writing array columns (tuples) as array input text; None without arrays."""
+    arrays = [i for i, (_, t) in enumerate(columns) if t.kind is TypeKind.ARRAY]
+    if not arrays:
+        return None
+
+    def encode(row: tuple) -> tuple:
+        row = list(row)
+        for i in arrays:
+            if row[i] is not None:
+                row[i] = array_literal(row[i], values.input_text)
+        return tuple(row)
+
+    return encode
 
 
 TX_WORK_MEM = "64MB"
@@ -143,6 +178,10 @@ class ResultSink:
         self.columns = list(columns)
         self.strict = strict
         self._copy_types = [COPY_TYPES[t.kind] for _, t in columns]
+        self._format = sql.SQL(
+            "TEXT" if any(t.kind in _TEXT_COPY for _, t in columns) else "BINARY"
+        )
+        self._encode = _array_encoder(self.columns)
         # psycopg's binary int2/int4 dumpers wrap out-of-range ints silently (2**40 -> 0): the
         # diff tables hold them as bigint so the server range-checks them on INSERT, and
         # population checks them in Python (_check_int_ranges)
@@ -253,10 +292,15 @@ class ResultSink:
     ) -> None:
         """Binary-COPY ``(row, weight)`` pairs into the temp table ``name`` (streamed)."""
         with cur.copy(
-            sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(sql.Identifier(name))
+            sql.SQL("COPY {} FROM STDIN (FORMAT {})").format(sql.Identifier(name), self._format)
         ) as cp:
             cp.set_types([*self._tmp_copy_types, "int8"])
             write = cp.write_row
+            encode = self._encode
+            if encode is not None:
+                for row, w in pairs:
+                    write((*encode(row), w))
+                return
             for row, w in pairs:
                 write((*row, w))
 
@@ -300,11 +344,12 @@ class ResultSink:
         if row is None or row[0] is None:
             return None
         cols = cur.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "SELECT attname, format_type(atttypid, atttypmod), atttypid FROM pg_attribute "
             "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             (row[0],),
         ).fetchall()
-        return [(n, t) for n, t in cols]
+        self._type_oids = [oid for _, _, oid in cols]
+        return [(n, t) for n, t, _ in cols]
 
     def _check_table(self, cur: psycopg.Cursor) -> bool:
         """Whether the result table exists; raises if its columns differ from the view's."""
@@ -314,11 +359,14 @@ class ResultSink:
         expected = [(n, t.sql()) for n, t in self.columns]
         ok = len(cols) == len(expected)
         if ok:
-            for (name, type_name), (want_name, want_t) in zip(cols, self.columns, strict=True):
+            for (name, type_name), (want_name, want_t), oid in zip(
+                cols, self.columns, self._type_oids, strict=True
+            ):
                 try:
                     kind = from_pg_name(type_name).kind
-                except ValueError:
-                    kind = None
+                except ValueError:  # an enum, an array of one: the very type
+                    same = cur.execute("SELECT %s::regtype::oid = %s", (want_t.sql(), oid))
+                    kind = want_t.kind if same.fetchone()[0] else None
                 if name != want_name or kind is not want_t.kind:
                     ok = False
                     break
@@ -502,12 +550,14 @@ class ResultSink:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._staging, self._target_defs))
             with cur.copy(
-                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY, FREEZE)").format(
-                    self._staging, self._col_list
+                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {}, FREEZE)").format(
+                    self._staging, self._col_list, self._format
                 )
             ) as cp:
                 cp.set_types(self._copy_types)
                 write = cp.write_row
+                if self._encode is not None:
+                    write = _encoding(write, self._encode)
                 for batch in batches:
                     if self._narrow_ints:
                         self._check_int_ranges(batch.rows)

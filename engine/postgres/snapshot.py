@@ -45,6 +45,7 @@ from psycopg.pq import Format, TransactionStatus
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
+from engine.postgres import values
 from engine.postgres.cdc import PgSnapshot, current_snapshot
 from engine.postgres.sink import COPY_TYPES
 from engine.sql.catalog import SourceTable
@@ -95,8 +96,9 @@ def _display(table: SourceTable) -> str:
 
 def _copy_query(
     table: SourceTable, columns: list[str], where_sql: str | None
-) -> tuple[sql.Composed, list[str]]:
-    """The ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` statement and the COPY type names."""
+) -> tuple[sql.Composed, list[str], list[tuple[int, Callable]]]:
+    """The ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` statement, the COPY type names and
+    the columns read as text that a parser turns into their values (arrays)."""
     by_name = {c.name: c for c in table.columns}
     missing = [c for c in columns if c not in by_name]
     if missing:
@@ -107,7 +109,8 @@ def _copy_query(
         )
     items: list[sql.Composable] = []
     types: list[str] = []
-    for name in columns:
+    parsed: list[tuple[int, Callable]] = []
+    for i, name in enumerate(columns):
         t = by_name[name].type
         ident = sql.Identifier(name)
         if t.kind is TypeKind.REAL:
@@ -119,6 +122,17 @@ def _copy_query(
             # character(n) without its padding, as the CDC decoder gives it (values.parse_bpchar)
             items.append(sql.SQL("{}::text").format(ident))
             types.append("text")
+        elif t.text_carried or t.kind is TypeKind.ARRAY:
+            # jsonb, inet, enums: their output function's text (types.TEXT_CARRIED), as pgoutput
+            # sends it (format's %s; inet's ::text would show a /32); arrays: parsed from it
+            # into tuples, as the CDC decoder does
+            if t.kind is TypeKind.ARRAY:
+                items.append(sql.SQL("{}::text").format(ident))
+            else:  # format('%s', NULL) is ''
+                items.append(sql.SQL("nullif(format('%s', {}), '')").format(ident))
+            types.append("text")
+            if t.kind is TypeKind.ARRAY:
+                parsed.append((i, values.parser_for_type(t)))
         else:
             items.append(ident)
             types.append(COPY_TYPES[t.kind])
@@ -128,7 +142,19 @@ def _copy_query(
     )
     if where_sql:
         select = sql.SQL("{} WHERE {}").format(select, sql.SQL(where_sql))
-    return sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(select), types
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(select), types, parsed
+
+
+def _parse_columns(rows: list[tuple], parsed: list[tuple[int, Callable]]) -> list[tuple]:
+    """``rows`` with the text of each column in ``parsed`` turned into its value."""
+    out = []
+    for row in rows:
+        row = list(row)
+        for i, parse in parsed:
+            if row[i] is not None:
+                row[i] = parse(row[i].encode())
+        out.append(tuple(row))
+    return out
 
 
 def _row_estimate(cur: psycopg.Cursor, table: SourceTable) -> int | None:
@@ -153,7 +179,7 @@ def _copy_rows(
     """COPY the rows out inside ``conn``'s current transaction."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    query, types = _copy_query(table, columns, where_sql)
+    query, types, parsed = _copy_query(table, columns, where_sql)
     try:
         with conn.cursor() as cur:
             # NaN as the engine's one NaN object, as the CDC decoder gives it (values.parse_float)
@@ -170,6 +196,8 @@ def _copy_rows(
                     if not chunk:
                         break
                     done += len(chunk)
+                    if parsed:
+                        chunk = _parse_columns(chunk, parsed)
                     if progress is not None:
                         progress(done, estimate)
                     yield DiffBatch(chunk, [1] * len(chunk))

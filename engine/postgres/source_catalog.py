@@ -3,21 +3,22 @@
 ``PostgresCatalog.lookup(schema, name)`` reads columns (``format_type``), NOT NULL flags, a row
 estimate (``pg_class.reltuples``), per-column distinct-value estimates (``pg_stats``, for join
 ordering) and the replica identity of ordinary tables, resolving
-unqualified names through ``public`` (the planner's rule). Unknown tables give ``None``; a column
-of a type incview cannot carry raises ``ViewError`` naming table, column and type. Only reads.
+unqualified names through ``public`` (the planner's rule). Unknown tables give ``None``; column types
+are resolved through pg_type (``pg_types``: domains as their base type, enums with their labels,
+arrays); a column of a type incview cannot carry gets ``types.unsupported``, refused by the
+planner where a view uses it. Only reads.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from engine.errors import ViewError
+from engine.postgres.pg_types import TypeResolver
 from engine.sql.catalog import SourceColumn, SourceTable
-from engine.sql.types import from_pg_name
 
 # n_distinct (pg_stats, after ANALYZE): > 0 a count, < 0 minus a fraction of the rows
 _QUERY = """
-SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        c.reltuples::bigint, c.relreplident, c.relkind, st.n_distinct
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -37,6 +38,7 @@ class PostgresCatalog:
         self.conn = conn
         self.replica_identity: dict[str, str] = {}
         self.kinds: dict[str, str] = {}
+        self.types = TypeResolver(conn)
 
     def lookup(self, schema: str | None, name: str) -> SourceTable | None:
         schema = schema or "public"
@@ -44,17 +46,12 @@ class PostgresCatalog:
         if not rows:
             return None
         columns = []
-        reltuples = rows[0][3]
-        for attname, type_name, notnull, _rt, _ri, _rk, n_distinct in rows:
-            try:
-                t = from_pg_name(type_name)
-            except ValueError:
-                raise ViewError(
-                    f"column {schema}.{name}.{attname} has type {type_name}, which incview cannot "
-                    f"maintain yet; leave the column out of the view or cast it in a source view"
-                ) from None
-            columns.append(SourceColumn(attname, t, not notnull, _distinct(n_distinct, reltuples)))
-        replident, relkind = rows[0][4], rows[0][5]
+        reltuples = rows[0][5]
+        for attname, type_oid, typmod, formatted, notnull, _rt, _ri, _rk, n_distinct in rows:
+            t = self.types.resolve(type_oid, typmod)
+            distinct = _distinct(n_distinct, reltuples)
+            columns.append(SourceColumn(attname, t, not notnull, distinct, formatted))
+        replident, relkind = rows[0][6], rows[0][7]
         qualified = f"{schema}.{name}"
         self.replica_identity[qualified] = REPLICA_IDENTITY.get(replident, replident)
         self.kinds[qualified] = relkind

@@ -23,7 +23,10 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import psycopg
+
 from engine.dataflow.nan import NAN, NUMERIC_NAN
+from engine.postgres.arrays import array_parser
 from engine.sql import types as sqltypes
 from engine.sql.types import SqlType
 
@@ -230,17 +233,69 @@ _PARSERS: dict[int, Parser] = {
     TIMETZ: parse_timetz,
     NUMERIC: parse_numeric,
     UUID: parse_uuid,
-    JSONB: parse_json,
+    JSONB: parse_text,  # the canonical text (sqltypes.TEXT_CARRIED), compared and hashed as is
+}
+
+# Built-in array type oid -> its element's oid (psycopg's registry of Postgres' types).
+_ARRAY_ELEMENTS: dict[int, int] = {
+    info.array_oid: info.oid for info in psycopg.postgres.types if info.array_oid
 }
 
 
-def parser_for(type_oid: int, tz: datetime.tzinfo = UTC) -> Parser:
-    """The parser for a column of type ``type_oid``; unknown types (arrays, enums, domains,
-    user types) fall back to the text itself, so a table with such a column can still be read
-    as long as views do not use it."""
+def parser_for(
+    type_oid: int,
+    tz: datetime.tzinfo = UTC,
+    resolve: Callable[[int], SqlType] | None = None,
+) -> Parser:
+    """The parser for a column of type ``type_oid``. Arrays of built-in types parse into tuples;
+    other types (enums, domains, user types) need ``resolve`` (oid -> ``SqlType``, through
+    pg_type: ``engine.postgres.pg_types``); without it, or for types incview cannot carry, the
+    value stays its text, so a table with such a column can still be read as long as views do
+    not use it."""
     if type_oid == TIMESTAMPTZ:
         return parse_timestamptz if tz is UTC else timestamptz_parser(tz)
-    return _PARSERS.get(type_oid, parse_text)
+    parser = _PARSERS.get(type_oid)
+    if parser is not None:
+        return parser
+    element = _ARRAY_ELEMENTS.get(type_oid)
+    if element is not None and element in _PARSERS:
+        return array_parser(parser_for(element, tz))
+    if resolve is not None:
+        return parser_for_type(resolve(type_oid), tz)
+    return parse_text
+
+
+_KIND_PARSERS: dict[sqltypes.TypeKind, Parser] = {}
+
+
+def parser_for_type(t: SqlType, tz: datetime.tzinfo = UTC) -> Parser:
+    """The parser of a value of type ``t`` from its text output (a domain's values are its base
+    type's; an enum's its label)."""
+    kind = t.kind
+    if kind is sqltypes.TypeKind.ARRAY:
+        return array_parser(parser_for_type(t.element, tz))
+    if kind is sqltypes.TypeKind.TIMESTAMPTZ:
+        return parser_for(TIMESTAMPTZ, tz)
+    if not _KIND_PARSERS:
+        _KIND_PARSERS.update(
+            {k.kind: _PARSERS[oid] for oid, k in _SQL_TYPES.items() if oid in _PARSERS}
+        )
+    return _KIND_PARSERS.get(kind, parse_text)
+
+
+def input_text(v: Any) -> str:
+    """A Python value (as the parsers return it) in a text Postgres' input functions accept."""
+    if v is True or v is False:
+        return "t" if v else "f"
+    if isinstance(v, bytes):
+        return "\\x" + v.hex()
+    if isinstance(v, float):
+        return "NaN" if v != v else repr(v)
+    if isinstance(v, datetime.timedelta):
+        return f"{v.days} days {v.seconds}.{v.microseconds:06d} seconds"
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
+    return str(v)
 
 
 _SQL_TYPES: dict[int, SqlType] = {
@@ -259,6 +314,10 @@ _SQL_TYPES: dict[int, SqlType] = {
     TIMESTAMPTZ: sqltypes.TIMESTAMPTZ,
     INTERVAL: sqltypes.INTERVAL,
     TIME: sqltypes.TIME,
+    UUID: sqltypes.UUID,
+    BYTEA: sqltypes.BYTEA,
+    JSONB: sqltypes.JSONB,
+    NAME: sqltypes.NAME,
 }
 
 

@@ -21,6 +21,8 @@ class SourceColumn:
     type: SqlType
     nullable: bool = True
     distinct: float | None = None  # estimated number of distinct values (join ordering), if known
+    # the type as Postgres' format_type prints it (a domain's or an enum's own name), if known
+    pg_type: str | None = None
 
 
 @dataclass(frozen=True)

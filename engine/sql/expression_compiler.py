@@ -31,6 +31,7 @@ from sqlglot import exp
 from engine.dataflow.errs import EvalError
 from engine.dataflow.nan import NAN, NUMERIC_NAN, canonical_value
 from engine.errors import UnsupportedSQL
+from engine.sql import carried_values as CV
 from engine.sql import functions as F
 from engine.sql.parse import DIALECT
 from engine.sql.types import (
@@ -41,6 +42,7 @@ from engine.sql.types import (
     INT_RANGES,
     INTEGER,
     INTERVAL,
+    JSONB,
     NUMERIC,
     REAL,
     TEXT,
@@ -185,6 +187,15 @@ def _unsupported(node: exp.Expression, what: str, hint: str | None = None) -> Un
         msg += f"; {hint}"
     return UnsupportedSQL(msg)
 
+
+# text -> value of the types carried as Python values or canonical text (engine.sql.carried_values)
+_FROM_TEXT = {
+    TypeKind.UUID: CV.text_to_uuid,
+    TypeKind.BYTEA: CV.text_to_bytea,
+    TypeKind.JSONB: CV.text_to_jsonb,
+    TypeKind.INET: CV.text_to_inet,
+    TypeKind.CIDR: CV.text_to_cidr,
+}
 
 _COMPARISONS = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _PG_OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}
@@ -419,6 +430,11 @@ class _Compiler:
         i = matches[0]
         self.used.add(i)
         col = self.columns[i]
+        if col.type.kind is TypeKind.UNSUPPORTED:
+            raise UnsupportedSQL(
+                f"column {name} has type {col.type.name}, which incview cannot maintain yet "
+                f"{_where(node)}; leave it out of the view or cast it in a source view"
+            )
         return _E(f"c{i}", col.type, col.nullable, False, _NOVALUE, True)
 
     def c_Literal(self, node: exp.Literal) -> _E:
@@ -572,6 +588,15 @@ class _Compiler:
                 return F.text_to_date, True
             if t is TypeKind.TIMESTAMP:
                 return F.text_to_timestamp, True
+            carried = _FROM_TEXT.get(t)
+            if carried is not None:
+                return carried, True
+            if t is TypeKind.ENUM:
+                return CV.enum_input(to.sql(), to.labels), True
+            if t is TypeKind.ARRAY:
+                conv = self._cast_fn(TEXT, to.element, node)
+                element = conv[0] if conv else (lambda v: v)
+                return CV.text_to_array(lambda b: element(b.decode())), True
         if s is TypeKind.DATE and t is TypeKind.TIMESTAMP:
             return F.date_to_ts, False
         if s is TypeKind.TIMESTAMP and t is TypeKind.DATE:
@@ -602,6 +627,18 @@ class _Compiler:
             return F.timestamp_text
         if k is TypeKind.INTERVAL:
             return F.interval_text
+        if k is TypeKind.INET:
+            return CV.inet_text
+        if src.text_carried:
+            return None
+        if k is TypeKind.UUID:
+            return str
+        if k is TypeKind.BYTEA:
+            return CV.bytea_text
+        if k is TypeKind.ARRAY:
+            el = src.element
+            element = (None if el.is_string else self._to_text(el, node)) or str
+            return lambda v: CV.array_text(v, element)
         raise _unsupported(node, f"converting {src} to text")
 
     def coerce(self, e: _E, to: SqlType, node: exp.Expression, free: bool = False) -> _E:
@@ -749,6 +786,15 @@ class _Compiler:
             )
         return self.coerce(a, t, node, True), self.coerce(b, t, node, True)
 
+    @staticmethod
+    def _require_order(t: SqlType, node: exp.Expression, what: str) -> None:
+        if not t.ordered:
+            raise _unsupported(
+                node,
+                f"{what} on {t} values",
+                f"incview cannot order {t} values as Postgres does; = and <> work",
+            )
+
     def _unpadded(self, e: _E, node: exp.Expression) -> _E:
         if e.type.kind is TypeKind.CHAR:
             return _E(e.code, TEXT, e.nullable, e.raises)
@@ -760,6 +806,8 @@ class _Compiler:
     def _comparison(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
         op = _COMPARISONS[type(node)]
+        if op not in ("==", "!="):
+            self._require_order(a.type, node, f"operator {_op_symbol(node)}")
         code, nullable = self.strict([a, b], lambda xs: self.compare_code(op, a, b, *xs))
         return _E(code, BOOLEAN, nullable, a.raises or b.raises)
 
@@ -1285,6 +1333,7 @@ class _Compiler:
     def _greatest_least(self, node: exp.Expression, fn: str) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
         args, t = self.unify(args, node, fn.upper())
+        self._require_order(t, node, fn.upper())
         if not any(a.nullable for a in args) and t.kind not in _NAN_KINDS:
             return _E(
                 f"{'max' if fn == 'greatest' else 'min'}({', '.join(a.code for a in args)})",
@@ -1404,9 +1453,66 @@ class _Compiler:
     def c_Extract(self, node: exp.Extract) -> _E:
         return self._extract(node, node.this.name, node.expression, as_float=False)
 
+    # -- jsonb and arrays ----------------------------------------------------------------------
+    def _json_get(self, node: exp.Expression, as_text: bool) -> _E:
+        doc = self.compile(node.this)
+        if doc.type.kind is TypeKind.UNKNOWN:
+            doc = self.cast(doc, JSONB, node)
+        if doc.type.kind is not TypeKind.JSONB:
+            raise _unsupported(node, f"-> / ->> on {doc.type}", "cast the value to jsonb")
+        path = node.expression
+        if not isinstance(path, exp.JSONPath):
+            raise _unsupported(node, "a key of -> / ->> that is not a constant")
+        steps = path.expressions[1:]
+        for n, step in enumerate(steps):
+            if isinstance(step, exp.JSONPathKey):
+                key: str | int = step.this
+            elif isinstance(step, exp.JSONPathSubscript) and isinstance(step.this, int):
+                key = step.this
+            else:
+                raise _unsupported(node, f"the json path step {step.sql()}")
+            last = n == len(steps) - 1
+            text = as_text and last
+            e = self.call(
+                CV.jsonb_get, [doc, self.literal(key, TEXT), self.literal(text, BOOLEAN)],
+                TEXT if text else JSONB, raises=False,
+            )  # fmt: skip
+            doc = _E(e.code, e.type, True, e.raises, e.value, e.simple)
+        return doc
+
+    def c_JSONExtract(self, node: exp.JSONExtract) -> _E:
+        return self._json_get(node, as_text=False)
+
+    def c_JSONExtractScalar(self, node: exp.JSONExtractScalar) -> _E:
+        return self._json_get(node, as_text=True)
+
+    def c_Bracket(self, node: exp.Bracket) -> _E:
+        arr = self.compile(node.this)
+        if arr.type.kind is not TypeKind.ARRAY:
+            raise _unsupported(node, f"a subscript of {arr.type}")
+        if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
+            raise _unsupported(node, "array slices and multi-dimensional subscripts")
+        index = node.expressions[0]
+        if isinstance(index, exp.Literal) and not index.is_string:
+            i = self.literal(int(index.this) + 1, INTEGER)  # sqlglot stores it 0-based
+        else:
+            i = self.compile(index)
+            if not i.type.is_integer:
+                raise _unsupported(node, f"an array subscript of type {i.type}")
+        e = self.call(CV.array_subscript, [arr, i], arr.type.element, raises=False)
+        return _E(e.code, e.type, True, e.raises, e.value, e.simple)
+
+    def _cardinality(self, node: exp.Expression, arg: exp.Expression) -> _E:
+        arr = self.compile(arg)
+        if arr.type.kind is not TypeKind.ARRAY:
+            raise _unsupported(node, f"cardinality of {arr.type}")
+        return self.call(CV.cardinality, [arr], INTEGER, raises=False)
+
     def c_Anonymous(self, node: exp.Anonymous) -> _E:
         name = node.name.lower()
         args = node.expressions
+        if name == "cardinality" and len(args) == 1:
+            return self._cardinality(node, args[0])
         if name == "date_part" and len(args) == 2:
             unit = args[0]
             if not (isinstance(unit, exp.Literal) and unit.is_string):

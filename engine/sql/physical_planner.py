@@ -39,6 +39,7 @@ from engine.dataflow.columnar.arrow_types import arrow_type
 from engine.dataflow.graph import Dataflow, Node
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.window_functions import WindowFunction
+from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call, window_call
 from engine.sql.expression_compiler import ColumnRef, compile_expressions, compile_predicate
@@ -128,6 +129,21 @@ class _PhysicalPlanner:
         if n == 1:
             return self.df.add(MapCollection(lambda rows: [(r[0],) for r in rows], what), up)
         return self.df.add(MapCollection(lambda rows: [r[:n] for r in rows], what), up)
+
+    @staticmethod
+    def require_order(fields: tuple[Field, ...], keys, what: str) -> None:
+        """Refuse ORDER BY keys whose type incview cannot order as Postgres does (jsonb, inet,
+        enums, arrays: ``SqlType.ordered``)."""
+        if not keys:
+            return
+        exprs = [k.expr for k in keys]
+        for e, t in zip(exprs, compile_expressions(exprs, _refs(fields)).types, strict=True):
+            if not t.ordered:
+                raise UnsupportedSQL(
+                    f"ORDER BY {e.sql(dialect='postgres')} in {what}: incview cannot order "
+                    f"{t} values as Postgres does (order by a column of another type, or by "
+                    f"its text if that order is meant: {e.sql(dialect='postgres')}::text)"
+                )
 
     def with_columns(
         self, up: Node, fields: tuple[Field, ...], exprs: list[exp.Expression], what: str
@@ -268,6 +284,7 @@ class _PhysicalPlanner:
 
         for a in plan.aggregates:
             call = aggregate_call(a)
+            self.require_order(fields, call.order_by, f"aggregate {call.kind}")
             arg = slot(call.arg) if call.arg is not None else None
             filt = slot(call.filter) if call.filter is not None else None
             order = tuple(slot(k.expr) for k in call.order_by)
@@ -311,6 +328,7 @@ class _PhysicalPlanner:
     def p_TopK(self, plan: lp.TopK) -> Node:
         fields = plan.input.fields
         up = self.node(plan.input)
+        self.require_order(fields, plan.order_by, "ORDER BY ... LIMIT")
         exprs = list(plan.partition_by) + [k.expr for k in plan.order_by]
         up, pos, ext = self.with_columns(up, fields, exprs, "top-k keys")
         np_ = len(plan.partition_by)
@@ -340,6 +358,7 @@ class _PhysicalPlanner:
         fields = plan.input.fields
         up = self.node(plan.input)
         calls = [window_call(w) for w in plan.functions]
+        self.require_order(fields, plan.order_by, "a window")
         exprs = list(plan.partition_by) + [k.expr for k in plan.order_by]
         exprs += [c.arg for c in calls if c.arg is not None]
         up, pos, ext = self.with_columns(up, fields, exprs, "window keys and arguments")

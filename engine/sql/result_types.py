@@ -10,6 +10,7 @@ first_value/last_value/nth_value -> the argument's type. This module must not lo
 from __future__ import annotations
 
 from engine.dataflow.aggregates import MOMENT_KINDS
+from engine.errors import UnsupportedSQL
 from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, NUMERIC, TEXT, SqlType, TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
@@ -47,6 +48,11 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
             return NUMERIC
         if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
             return DOUBLE
+    if kind in ("min", "max") and not arg.ordered:
+        raise UnsupportedSQL(
+            f"{kind} of {arg} values is not supported: incview cannot order {arg} values as "
+            "Postgres does"
+        )
     if kind in ("min", "max", "lag", "lead", "first_value", "last_value", "nth_value"):
         return arg.unconstrained() if arg.kind is TypeKind.NUMERIC else arg
     raise ValueError(f"{kind} is not defined for {arg}")

@@ -14,6 +14,7 @@ import datetime
 import decimal
 import enum
 import re
+import uuid
 from dataclasses import dataclass
 
 
@@ -33,7 +34,22 @@ class TypeKind(enum.Enum):
     TIMESTAMPTZ = "timestamp with time zone"
     INTERVAL = "interval"
     TIME = "time without time zone"
+    UUID = "uuid"
+    BYTEA = "bytea"
+    JSONB = "jsonb"
+    INET = "inet"
+    CIDR = "cidr"
+    NAME = "name"
+    ENUM = "enum"  # a user's enum type: ``SqlType.name`` is its qualified name, values its labels
+    ARRAY = "array"  # ``SqlType.element`` is the element type
     UNKNOWN = "unknown"  # an untyped literal ('abc', NULL) before context gives it a type
+    UNSUPPORTED = "unsupported"  # a source column incview cannot read: ``name`` is its type
+
+
+# Types whose values the engine carries as Postgres' text output (canonical for each: equal
+# values print equally) and reads with a ``::text`` cast: equality and hashing are exact, their
+# order is not the text's (refused where an order is needed).
+TEXT_CARRIED = frozenset({"jsonb", "inet", "cidr", "enum"})
 
 
 _INTEGERS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
@@ -46,7 +62,7 @@ _NUMERIC_RANK = {
     TypeKind.REAL: 4,
     TypeKind.DOUBLE: 5,
 }
-_STRINGS = (TypeKind.TEXT, TypeKind.VARCHAR, TypeKind.CHAR)
+_STRINGS = (TypeKind.TEXT, TypeKind.VARCHAR, TypeKind.CHAR, TypeKind.NAME)
 _DATETIME_RANK = {TypeKind.DATE: 0, TypeKind.TIMESTAMP: 1, TypeKind.TIMESTAMPTZ: 2}
 
 _PY_TYPES: dict[TypeKind, type] = {
@@ -65,7 +81,16 @@ _PY_TYPES: dict[TypeKind, type] = {
     TypeKind.TIMESTAMPTZ: datetime.datetime,  # tz-aware
     TypeKind.INTERVAL: datetime.timedelta,
     TypeKind.TIME: datetime.time,
+    TypeKind.UUID: uuid.UUID,
+    TypeKind.BYTEA: bytes,
+    TypeKind.JSONB: str,
+    TypeKind.INET: str,
+    TypeKind.CIDR: str,
+    TypeKind.NAME: str,
+    TypeKind.ENUM: str,
+    TypeKind.ARRAY: tuple,
     TypeKind.UNKNOWN: str,
+    TypeKind.UNSUPPORTED: object,
 }
 
 # Integer ranges and Postgres' overflow messages.
@@ -78,12 +103,29 @@ INT_RANGES: dict[TypeKind, tuple[int, int, str]] = {
 
 @dataclass(frozen=True)
 class SqlType:
-    """A Postgres type; ``precision``/``scale`` for numeric(p,s), ``length`` for varchar(n)/char(n)."""
+    """A Postgres type; ``precision``/``scale`` for numeric(p,s), ``length`` for varchar(n)/char(n),
+    ``name`` (the quoted, qualified type name) and ``labels`` for an enum, ``element`` for an
+    array."""
 
     kind: TypeKind
     precision: int | None = None
     scale: int | None = None
     length: int | None = None
+    name: str | None = None
+    labels: tuple[str, ...] | None = None
+    element: SqlType | None = None
+
+    @property
+    def text_carried(self) -> bool:
+        """Values are Postgres' text output of the value (``TEXT_CARRIED``)."""
+        return self.kind.value in TEXT_CARRIED
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the engine can order values as Postgres does (ORDER BY, min/max, <)."""
+        if self.kind is TypeKind.ARRAY:
+            return False
+        return not self.text_carried and self.kind is not TypeKind.UNSUPPORTED
 
     @property
     def is_integer(self) -> bool:
@@ -114,6 +156,8 @@ class SqlType:
         """The type without typmod (numeric(10,2) -> numeric): what arithmetic results carry."""
         if self.kind is TypeKind.CHAR or self.kind is TypeKind.VARCHAR:
             return TEXT
+        if self.kind in (TypeKind.ENUM, TypeKind.ARRAY, TypeKind.UNSUPPORTED):
+            return self
         return SqlType(self.kind)
 
     def sql(self) -> str:
@@ -125,6 +169,10 @@ class SqlType:
             return f"{k.value}({self.length})"
         if k is TypeKind.UNKNOWN:
             return "text"
+        if k is TypeKind.ENUM or k is TypeKind.UNSUPPORTED:
+            return self.name or k.value
+        if k is TypeKind.ARRAY:
+            return f"{self.element.sql()}[]"
         return k.value
 
     def __str__(self) -> str:
@@ -144,6 +192,12 @@ TIMESTAMP = SqlType(TypeKind.TIMESTAMP)
 TIMESTAMPTZ = SqlType(TypeKind.TIMESTAMPTZ)
 INTERVAL = SqlType(TypeKind.INTERVAL)
 TIME = SqlType(TypeKind.TIME)
+UUID = SqlType(TypeKind.UUID)
+BYTEA = SqlType(TypeKind.BYTEA)
+JSONB = SqlType(TypeKind.JSONB)
+INET = SqlType(TypeKind.INET)
+CIDR = SqlType(TypeKind.CIDR)
+NAME = SqlType(TypeKind.NAME)
 UNKNOWN = SqlType(TypeKind.UNKNOWN)
 
 
@@ -188,8 +242,27 @@ _NAMES: dict[str, SqlType] = {
     "interval": INTERVAL,
     "time without time zone": TIME,
     "time": TIME,
+    "uuid": UUID,
+    "bytea": BYTEA,
+    "jsonb": JSONB,
+    "inet": INET,
+    "cidr": CIDR,
+    "name": NAME,
     "unknown": UNKNOWN,
 }
+
+
+def enum_type(name: str, labels: tuple[str, ...]) -> SqlType:
+    return SqlType(TypeKind.ENUM, name=name, labels=tuple(labels))
+
+
+def array_of(element: SqlType) -> SqlType:
+    return SqlType(TypeKind.ARRAY, element=element)
+
+
+def unsupported(name: str) -> SqlType:
+    return SqlType(TypeKind.UNSUPPORTED, name=name)
+
 
 _TYPMOD = re.compile(
     r"^([a-z][a-z0-9_ ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(-?\d+)\s*)?\))?((?:\s+[a-z ]+)?)$"
@@ -204,11 +277,18 @@ def from_pg_name(name: str) -> SqlType:
     >>> from_pg_name("timestamp(3) without time zone").kind
     <TypeKind.TIMESTAMP: 'timestamp without time zone'>
 
-    Raises ``ValueError`` for types incview does not support (arrays, json, uuid...).
+    Raises ``ValueError`` for types incview does not support (json, geometric types, ranges...)
+    and for names it cannot resolve alone (enums and domains: ``PostgresCatalog`` resolves them
+    through pg_type).
     """
     n = name.strip().lower().strip('"')
     if n.startswith("pg_catalog."):
         n = n[len("pg_catalog.") :]
+    if n.endswith("[]"):
+        element = from_pg_name(n[:-2])
+        if element.kind in (TypeKind.ARRAY, TypeKind.UNKNOWN):
+            raise ValueError(f"unsupported Postgres type {name!r}")
+        return array_of(element)
     m = _TYPMOD.match(n)
     if not m:
         raise ValueError(f"unsupported Postgres type {name!r}")

@@ -288,7 +288,8 @@ def test_sql_type_for_typmods():
     assert values.sql_type_for(values.NUMERIC, ((12 << 16) | 3) + 4) == sqltypes.numeric(12, 3)
     assert values.sql_type_for(values.NUMERIC, -1) == sqltypes.NUMERIC
     assert values.sql_type_for(values.BPCHAR, 9).length == 5
-    assert values.sql_type_for(values.UUID) is None
+    assert values.sql_type_for(values.UUID) == sqltypes.UUID
+    assert values.sql_type_for(values.JSON) is None  # json has no equality: not carried
 
 
 def test_unknown_relation_and_message_kind():

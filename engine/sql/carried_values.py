@@ -1,0 +1,250 @@
+"""Values of uuid, bytea, jsonb, inet/cidr, enum and array columns: input from text, text output.
+
+The engine carries uuid as ``uuid.UUID``, bytea as ``bytes``, arrays as tuples, and jsonb, inet,
+cidr and enum values as Postgres' own (canonical) text output (``types.TEXT_CARRIED``). A
+literal compared with such a column is converted here the way Postgres' input function would
+(jsonb: keys ordered by length then bytes, the last of duplicate keys kept, numbers as numeric
+prints them; inet: the prefix shown unless it is the whole address), so equal values are equal
+Python values. Errors are ``EvalError`` with Postgres' messages. Pure functions only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from engine.dataflow.errs import EvalError
+from engine.postgres.arrays import array_parser
+
+
+def text_to_uuid(s: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(s.strip())
+    except ValueError:
+        raise EvalError(f'invalid input syntax for type uuid: "{s}"') from None
+
+
+def bytea_text(b: bytes) -> str:
+    return "\\x" + b.hex()
+
+
+def text_to_bytea(s: str) -> bytes:
+    if s.startswith("\\x"):
+        try:
+            return bytes.fromhex(s[2:])
+        except ValueError:
+            raise EvalError(f'invalid hexadecimal data: "{s}"') from None
+    out = bytearray()
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\":
+            out += c.encode()
+            i += 1
+        elif s[i + 1 : i + 2] == "\\":
+            out.append(0x5C)
+            i += 2
+        elif len(s) >= i + 4 and all(ch in "01234567" for ch in s[i + 1 : i + 4]):
+            out.append(int(s[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            raise EvalError("invalid input syntax for type bytea")
+    return bytes(out)
+
+
+# -- jsonb -------------------------------------------------------------------------------------
+class _Number(str):
+    """A JSON number's text as numeric would print it."""
+
+
+def _number(text: str) -> _Number:
+    d = Decimal(text)
+    out = format(d, "f")
+    return _Number("0" if d.is_zero() and "." not in out else out)
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    return dict(pairs)  # the last of duplicate keys wins, as in jsonb
+
+
+def _escape(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\b":
+            out.append("\\b")
+        elif ch == "\f":
+            out.append("\\f")
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def jsonb_out(v: Any) -> str:
+    """A parsed JSON value (``_parse_json``) as jsonb prints it."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, _Number):
+        return str(v)
+    if isinstance(v, str):
+        return _escape(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(jsonb_out(x) for x in v) + "]"
+    keys = sorted(v, key=lambda k: (len(k.encode()), k.encode()))
+    return "{" + ", ".join(f"{_escape(k)}: {jsonb_out(v[k])}" for k in keys) + "}"
+
+
+def _parse_json(s: str) -> Any:
+    try:
+        return json.loads(
+            s,
+            parse_float=_number,
+            parse_int=_number,
+            parse_constant=_bad_constant,
+            object_pairs_hook=_pairs,
+        )
+    except (ValueError, RecursionError):
+        raise EvalError("invalid input syntax for type json") from None
+
+
+def _bad_constant(name: str) -> None:
+    raise ValueError(name)
+
+
+def text_to_jsonb(s: str) -> str:
+    v = _parse_json(s)
+    if "\\u0000" in s:
+        raise EvalError("unsupported Unicode escape sequence")
+    return jsonb_out(v)
+
+
+def jsonb_get(doc: str, key: str | int, as_text: bool) -> str | None:
+    """``doc -> key`` (jsonb text) or ``doc ->> key`` (text); None where Postgres gives NULL."""
+    v = _parse_json(doc)
+    if isinstance(key, int):
+        if not isinstance(v, list):
+            return None
+        if key < 0:
+            key += len(v)
+        if not 0 <= key < len(v):
+            return None
+        v = v[key]
+    else:
+        if not isinstance(v, dict) or key not in v:
+            return None
+        v = v[key]
+    if as_text:
+        if v is None:
+            return None
+        if isinstance(v, str) and not isinstance(v, _Number):
+            return v
+    return jsonb_out(v)
+
+
+# -- inet / cidr -------------------------------------------------------------------------------
+def _address_text(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        return f"::ffff:{a.ipv4_mapped}"
+    return str(a)
+
+
+def text_to_inet(s: str) -> str:
+    try:
+        i = ipaddress.ip_interface(s.strip())
+    except ValueError:
+        raise EvalError(f'invalid input syntax for type inet: "{s}"') from None
+    addr = _address_text(i.ip)
+    return addr if i.network.prefixlen == i.ip.max_prefixlen else f"{addr}/{i.network.prefixlen}"
+
+
+def inet_text(v: str) -> str:
+    """``inet::text``: the output with the prefix length always shown."""
+    if "/" in v:
+        return v
+    return v + ("/128" if ":" in v else "/32")
+
+
+def text_to_cidr(s: str) -> str:
+    try:
+        n = ipaddress.ip_network(s.strip(), strict=True)
+    except ValueError:
+        raise EvalError(f'invalid cidr value: "{s}"') from None
+    return f"{_address_text(n.network_address)}/{n.prefixlen}"
+
+
+# -- enums ---------------------------------------------------------------------------------------
+def enum_input(name: str, labels: tuple[str, ...]) -> Callable[[str], str]:
+    allowed = frozenset(labels)
+
+    def to_enum(s: str) -> str:
+        if s not in allowed:
+            raise EvalError(f'invalid input value for enum {name}: "{s}"')
+        return s
+
+    return to_enum
+
+
+# -- arrays --------------------------------------------------------------------------------------
+_QUOTE = frozenset('{},"\\ \t\n\r\v\f')
+
+
+def array_text(value: tuple, element_text: Callable[[Any], str]) -> str:
+    """Postgres' array output of ``value`` (nested tuples)."""
+    parts = []
+    for v in value:
+        if v is None:
+            parts.append("NULL")
+        elif isinstance(v, tuple):
+            parts.append(array_text(v, element_text))
+        else:
+            t = element_text(v)
+            if t == "" or t.upper() == "NULL" or any(ch in _QUOTE for ch in t):
+                t = '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            parts.append(t)
+    return "{" + ",".join(parts) + "}"
+
+
+def text_to_array(element: Callable[[bytes], Any]) -> Callable[[str], tuple]:
+    """An array's input text -> nested tuples of ``element``'s values."""
+    parse = array_parser(element)
+
+    def to_array(s: str) -> tuple:
+        try:
+            return parse(s.encode())
+        except (ValueError, IndexError):
+            raise EvalError(f'malformed array literal: "{s}"') from None
+
+    return to_array
+
+
+def array_subscript(value: tuple, index: int) -> Any:
+    """``a[i]`` (1-based; out of range, or one subscript of a multi-dimensional array: NULL)."""
+    if 1 <= index <= len(value):
+        v = value[index - 1]
+        return None if isinstance(v, tuple) else v
+    return None
+
+
+def cardinality(value: tuple) -> int:
+    """The number of elements of an array, of all its dimensions."""
+    return sum(cardinality(v) if isinstance(v, tuple) else 1 for v in value)
