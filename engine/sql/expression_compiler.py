@@ -1513,6 +1513,9 @@ class _Compiler:
         args = node.expressions
         if name == "cardinality" and len(args) == 1:
             return self._cardinality(node, args[0])
+        if name == F.RAISE_FUNCTION and len(args) == 2:  # written by the planner only
+            like = self.compile(args[1])
+            return _E(f"{self.helper(F.raise_error)}({args[0].this!r})", like.type, True, True)
         if name == "date_part" and len(args) == 2:
             unit = args[0]
             if not (isinstance(unit, exp.Literal) and unit.is_string):

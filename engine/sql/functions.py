@@ -882,3 +882,8 @@ def _int_field(field: str, v: datetime.date) -> int:
 def date_part(field: str, v: datetime.date) -> float:
     """date_part(text, timestamp) -> float8."""
     return float(extract(field, v))
+
+
+# An internal function the planner writes (never the user): raise ``message`` for this row.
+RAISE_FUNCTION = "__incview_raise"
+MORE_THAN_ONE_ROW = "more than one row returned by a subquery used as an expression"

@@ -32,6 +32,7 @@ from engine.sql.constant_relations import (
     name_constant_relations,
 )
 from engine.sql.exists_mark import exists_mark
+from engine.sql.functions import MORE_THAN_ONE_ROW, RAISE_FUNCTION
 from engine.sql.grouping_sets import expand_group, grouping_sets_plan
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
@@ -729,30 +730,19 @@ class _Builder:
                 node, "a correlated scalar subquery must compute one aggregate without GROUP BY"
             )
         aggs = find_aggregates(item)
-        if len(aggs) != 1 or aggs[0] is not item:
+        if aggs and (len(aggs) != 1 or aggs[0] is not item):
             raise unsupported(
                 node,
-                "a correlated scalar subquery must select a single aggregate call",
+                "a correlated scalar subquery must select a single aggregate call or an "
+                "expression without aggregates",
                 "e.g. (SELECT sum(x) FROM t WHERE t.k = o.k)",
             )
+        if sub.args.get("distinct"):
+            raise unsupported(node, "DISTINCT in a correlated scalar subquery")
         inner_plan, cond = self._correlated(sub, plan.fields)
-        eqs = conjuncts(cond)
-        inner_keys, outer_keys = [], []
-        for c in eqs:
-            if not isinstance(c, exp.EQ):
-                raise unsupported(c, "a correlated scalar subquery may only correlate by equality")
-            sides = [c.left, c.right]
-            inner_side = [
-                s
-                for s in sides
-                if qualifiers(s) and all(q.startswith("__sq") for q in qualifiers(s))
-            ]
-            if len(inner_side) != 1:
-                raise unsupported(
-                    c, "each correlation must compare an inner expression with an outer one"
-                )
-            inner_keys.append(inner_side[0])
-            outer_keys.append(sides[1] if sides[0] is inner_side[0] else sides[0])
+        inner_keys, outer_keys = self._correlation_keys(cond)
+        if not aggs:
+            return self._single_value(node, plan, item, inner_plan, inner_keys, outer_keys, alias)
         call = aggregate_call(item)
         agg_expr = self._requalify_to(item, inner_plan)
         types = self.types_of(inner_keys, inner_plan.fields)
@@ -772,6 +762,60 @@ class _Builder:
         ref: exp.Expression = lp.column("v", alias)
         if call.kind in ("count", "count_star", "count_distinct"):
             ref = exp.Coalesce(this=ref, expressions=[exp.Literal.number(0)])
+        return lp.Join(plan, right, "left", cond), ref
+
+    @staticmethod
+    def _correlation_keys(cond: exp.Expression) -> tuple[list, list]:
+        """(inner keys, outer keys) of a correlated scalar subquery's equalities."""
+        inner_keys, outer_keys = [], []
+        for c in conjuncts(cond):
+            if not isinstance(c, exp.EQ):
+                raise unsupported(c, "a correlated scalar subquery may only correlate by equality")
+            sides = [c.left, c.right]
+            inner_side = [
+                s
+                for s in sides
+                if qualifiers(s) and all(q.startswith("__sq") for q in qualifiers(s))
+            ]
+            if len(inner_side) != 1:
+                raise unsupported(
+                    c, "each correlation must compare an inner expression with an outer one"
+                )
+            inner_keys.append(inner_side[0])
+            outer_keys.append(sides[1] if sides[0] is inner_side[0] else sides[0])
+        return inner_keys, outer_keys
+
+    def _single_value(self, node, plan, item, inner_plan, inner_keys, outer_keys, alias):
+        """``(SELECT expr FROM ... WHERE inner = outer)``: a LEFT JOIN to, per correlation key,
+        the number of rows and one value (their min: any will do when there is one row); more
+        than one row is Postgres' error, raised in the errs stream for that outer row."""
+        value = self._requalify_to(item, inner_plan)
+        t = self.types_of([value], inner_plan.fields)[0]
+        if not t.ordered:
+            raise unsupported(node, f"a correlated scalar subquery selecting a {t} value")
+        types = self.types_of(inner_keys, inner_plan.fields)
+        count = exp.Count(this=exp.Star())
+        out = tuple(Field(None, f"k{i}", typ) for i, typ in enumerate(types)) + (
+            Field(None, "n", aggregate_type("count_star", None), False),
+            Field(None, "v", aggregate_type("min", t)),
+        )
+        agg = lp.Aggregate(inner_plan, tuple(inner_keys), (count, exp.Min(this=value)), out)
+        right = lp.SubqueryAlias(agg, alias)
+        cond = and_all(
+            [exp.EQ(this=o, expression=lp.column(f"k{i}", alias)) for i, o in enumerate(outer_keys)]
+        )
+        v: exp.Expression = lp.column("v", alias)
+        if t != t.unconstrained() and t.kind.name == "NUMERIC":  # min drops numeric's typmod
+            v = exp.Cast(this=v, to=exp.DataType.build(t.sql(), dialect="postgres"))
+        too_many = exp.Anonymous(
+            this=RAISE_FUNCTION,
+            expressions=[exp.Literal.string(MORE_THAN_ONE_ROW), v.copy()],
+        )
+        ref = exp.Case(
+            ifs=[exp.If(this=exp.GT(this=lp.column("n", alias), expression=exp.Literal.number(1)),
+                        true=too_many)],
+            default=v,
+        )  # fmt: skip
         return lp.Join(plan, right, "left", cond), ref
 
     @staticmethod

@@ -791,6 +791,17 @@ QUERIES = [
         id="mix-first-value-top-1",
     ),
     Q(
+        "SELECT o.id, (SELECT c.name FROM customers c WHERE c.id = o.customer_id) AS cname, "
+        "(SELECT p.price FROM products p WHERE p.id = o.id AND p.category = 'a') AS price "
+        "FROM orders o",
+        id="scalar-subquery-selects-a-column",
+    ),
+    Q(
+        "SELECT c.id, (SELECT o.amount + 1 FROM orders o WHERE o.customer_id = c.id "
+        "AND o.status = 'paid') AS amt FROM customers c",
+        id="scalar-subquery-more-than-one-row",
+    ),
+    Q(
         "SELECT c.region, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM orders o "
         "WHERE o.customer_id = c.id)) AS buyers, count(*) AS all_customers FROM customers c "
         "GROUP BY c.region",

@@ -363,10 +363,10 @@ BAD = [
         id="uncorrelated-exists",
     ),
     B(
-        "SELECT id, (SELECT amount FROM orders o2 WHERE o2.id = o.id) AS a FROM orders o",
-        ["correlated scalar subquery", "single aggregate"],
-        "line 1, column 20",  # the subquery's first column reference (keywords carry no position)
-        id="correlated-scalar-not-aggregate",
+        "SELECT id, (SELECT max(amount) + 1 FROM orders o2 WHERE o2.id = o.id) AS a FROM orders o",
+        ["correlated scalar subquery", "single aggregate call or an expression without"],
+        "line 1, column 20",  # the subquery's first positioned node (keywords carry none)
+        id="correlated-scalar-aggregate-in-expression",
     ),
     B(
         "SELECT id, (SELECT amount FROM orders) AS a FROM orders o",
