@@ -34,12 +34,18 @@ from engine.sql.constant_relations import (
 from engine.sql.exists_mark import exists_mark
 from engine.sql.functions import MORE_THAN_ONE_ROW, RAISE_FUNCTION
 from engine.sql.grouping_sets import expand_group, grouping_sets_plan
+from engine.sql.in_mark import in_mark
 from engine.sql.logical_plan import Field, LogicalPlan, SortKey
 from engine.sql.output_names import output_name
 from engine.sql.parse import DIALECT, parse_query, unsupported
 from engine.sql.result_types import aggregate_type
 from engine.sql.source_views import inline_source_views, is_system_schema
 from engine.sql.types import TEXT, SqlType, TypeKind, common_type
+
+
+def _in_subquery(n: exp.Expression) -> bool:
+    return isinstance(n, exp.In) and n.args.get("query") is not None
+
 
 NON_DETERMINISTIC = {
     "now": "now() changes with time",
@@ -522,14 +528,6 @@ class _Builder:
         plain = [self._replace_exists(c, holder) for c in plain]
         plain = [self._replace_scalar_subqueries(c, holder) for c in plain]
         plan = holder[0]
-        for c in plain:
-            for sub in c.find_all(exp.In):
-                if sub.args.get("query") is not None:
-                    raise unsupported(
-                        sub,
-                        "IN (subquery) must be a top-level AND condition of WHERE",
-                        "Write it as EXISTS (correlated by equality), which may stand anywhere",
-                    )
         pred = and_all(plain)
         if pred is not None:
             self._check_boolean(pred, plan.fields, "WHERE")
@@ -561,12 +559,7 @@ class _Builder:
             return lp.Join(plan, right, kind, cond)
         query = node.args["query"]
         sub = query.this if isinstance(query, exp.Subquery) else query
-        outer_refs = [
-            c
-            for c in sub.find_all(exp.Column)
-            if c.table and c.table not in self._scope_aliases(sub)
-        ]
-        if outer_refs:
+        if self.outer_references(sub):
             raise unsupported(
                 node, "a correlated IN (subquery) is not supported", "Rewrite it as EXISTS"
             )
@@ -594,6 +587,11 @@ class _Builder:
                 "Correlate it with the outer query, or use a join",
             )
         return right, cond
+
+    def outer_references(self, sub: exp.Expression) -> list[exp.Column]:
+        """The columns of ``sub`` that name a table outside it (a correlated subquery)."""
+        scope = self._scope_aliases(sub)
+        return [c for c in sub.find_all(exp.Column) if c.table and c.table not in scope]
 
     @staticmethod
     def _scope_aliases(sel: exp.Expression) -> set[str]:
@@ -664,12 +662,15 @@ class _Builder:
     def _replace_exists(self, e: exp.Expression, holder: list[LogicalPlan]) -> exp.Expression:
         """Each EXISTS in ``e`` (under OR, NOT or CASE, in the select list) becomes a mark of a
         LEFT JOIN with the subquery's distinct correlation keys (holder[0] is updated)."""
-        if not any(isinstance(n, exp.Exists) for n in e.walk()):
+        if not any(isinstance(n, exp.Exists) or _in_subquery(n) for n in e.walk()):
             return e
 
         def fix(n):
             if isinstance(n, exp.Exists):
                 holder[0], mark = exists_mark(self, n, holder[0])
+                return mark
+            if _in_subquery(n):
+                holder[0], mark = in_mark(self, n, holder[0])
                 return mark
             return n
 

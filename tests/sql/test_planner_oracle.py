@@ -802,6 +802,21 @@ QUERIES = [
         id="scalar-subquery-more-than-one-row",
     ),
     Q(
+        "SELECT id FROM orders WHERE status = 'new' OR customer_id IN "
+        "(SELECT id FROM customers WHERE segment = 'a')",
+        id="subquery-in-under-or",
+    ),
+    Q(
+        "SELECT c.id, c.segment IN (SELECT category FROM products WHERE price > 20) AS cat, "
+        "c.name NOT IN (SELECT category FROM products) AS not_cat FROM customers c",
+        id="subquery-in-select-list-with-nulls",
+    ),
+    Q(
+        "SELECT c.id FROM customers c WHERE NOT (c.segment IN (SELECT category FROM products "
+        "WHERE price > 100)) OR c.region IS NULL",
+        id="subquery-not-in-under-not",
+    ),
+    Q(
         "SELECT c.region, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM orders o "
         "WHERE o.customer_id = c.id)) AS buyers, count(*) AS all_customers FROM customers c "
         "GROUP BY c.region",

@@ -351,10 +351,11 @@ BAD = [
         id="exists-under-or-correlated-by-inequality",
     ),
     B(
-        "SELECT id FROM customers c WHERE c.score > 0 OR c.id IN (SELECT customer_id FROM orders)",
-        ["IN (subquery) must be a top-level AND condition", "EXISTS"],
+        "SELECT id FROM customers c WHERE c.score > 0 OR c.id IN (SELECT customer_id FROM "
+        "orders o WHERE o.amount > c.score)",
+        ["correlated IN (subquery) under OR", "EXISTS"],
         "line 1",
-        id="in-subquery-under-or",
+        id="correlated-in-subquery-under-or",
     ),
     B(
         "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers)",
