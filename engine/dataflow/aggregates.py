@@ -35,12 +35,15 @@ KINDS = frozenset(
         "bool_and",
         "bool_or",
         "string_agg",
+        "array_agg",
         "var_samp",
         "var_pop",
         "stddev_samp",
         "stddev_pop",
     }
 )
+#: aggregates whose value is their inputs in an order (ORDER BY inside the call)
+ORDERED_KINDS = frozenset({"string_agg", "array_agg"})
 MOMENT_KINDS = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
 
 #: decimal context under which + and * never round (used for every numeric accumulation)
@@ -65,9 +68,11 @@ class Aggregate:
     kind: str
     arg: int | None = None
     filter: int | None = None
-    separator: str = ","
+    separator: str | None = ","  # None for array_agg
     order_by: tuple[int, ...] = ()
     descending: tuple[bool, ...] = ()
+    # per ORDER BY column: True/False for an explicit NULLS FIRST/LAST, None for the default
+    nulls_first: tuple[bool | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -81,9 +86,10 @@ class Aggregate:
                 )
         elif self.arg is None:
             raise ValueError(f"aggregate {self.kind} needs an argument column (arg=...)")
-        if (self.order_by or self.descending) and self.kind != "string_agg":
+        if (self.order_by or self.descending) and self.kind not in ORDERED_KINDS:
             raise ValueError(
-                f"ORDER BY inside an aggregate is only supported for string_agg, not {self.kind}"
+                f"ORDER BY inside an aggregate is only supported for string_agg and array_agg, "
+                f"not {self.kind}"
             )
         if self.descending and len(self.descending) != len(self.order_by):
             raise ValueError(
@@ -95,15 +101,21 @@ class Aggregate:
             text = "count(*)"
         elif self.kind == "count_distinct":
             text = f"count(DISTINCT #{self.arg})"
-        elif self.kind == "string_agg":
+        elif self.kind in ORDERED_KINDS:
             order = ""
             if self.order_by:
                 desc = self.descending or (False,) * len(self.order_by)
+                nulls = self.nulls_first or (None,) * len(self.order_by)
                 cols = ", ".join(
-                    f"#{c}{' DESC' if d else ''}" for c, d in zip(self.order_by, desc, strict=True)
+                    f"#{c}{' DESC' if d else ''}"
+                    + ("" if nf is None or nf == d else " NULLS FIRST" if nf else " NULLS LAST")
+                    for c, d, nf in zip(self.order_by, desc, nulls, strict=True)
                 )
                 order = f" ORDER BY {cols}"
-            text = f"string_agg(#{self.arg}, {self.separator!r}{order})"
+            if self.kind == "array_agg":
+                text = f"array_agg(#{self.arg}{order})"
+            else:
+                text = f"string_agg(#{self.arg}, {self.separator!r}{order})"
         else:
             text = f"{self.kind}(#{self.arg})"
         if self.filter is not None:

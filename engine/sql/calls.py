@@ -1,7 +1,8 @@
 """Aggregate and window function calls, recognized from sqlglot nodes into small descriptors.
 
 ``aggregate_call`` understands count(*), count(x), count(DISTINCT x), sum, avg, min, max,
-bool_and/every, bool_or, string_agg(x, sep [ORDER BY ...]), stddev/stddev_samp/stddev_pop,
+bool_and/every, bool_or, string_agg(x, sep [ORDER BY ...]), array_agg(x [ORDER BY ...]),
+stddev/stddev_samp/stddev_pop,
 variance/var_samp/var_pop and FILTER (WHERE ...);
 ``window_call`` understands row_number, rank, dense_rank, lag, lead and sum/count/avg/min/max
 OVER (PARTITION BY ... ORDER BY ...) with the default frame. Anything else raises
@@ -32,7 +33,7 @@ SIMPLE_AGGREGATES = {
     exp.Variance: "var_samp",
     exp.VariancePop: "var_pop",
 }
-AGGREGATE_NODES = (exp.Count, exp.GroupConcat, *SIMPLE_AGGREGATES)
+AGGREGATE_NODES = (exp.Count, exp.GroupConcat, exp.ArrayAgg, *SIMPLE_AGGREGATES)
 AGGREGATE_NAMES = {
     "every": "bool_and",
     "bool_and": "bool_and",
@@ -40,7 +41,6 @@ AGGREGATE_NAMES = {
     "string_agg": "string_agg",
 }
 _UNSUPPORTED_AGGS = {
-    "array_agg": "array results are not supported",
     "json_agg": "json results are not supported",
     "jsonb_agg": "json results are not supported",
     "percentile_cont": "ordered-set aggregates are not supported",
@@ -96,7 +96,7 @@ class AggregateCall:
     kind: str  # count_star count count_distinct sum avg min max bool_and bool_or string_agg
     arg: exp.Expression | None = None
     filter: exp.Expression | None = None
-    separator: str = ","
+    separator: str | None = ","  # None: array_agg
     order_by: tuple[SortKey, ...] = ()
 
 
@@ -146,6 +146,13 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
         return AggregateCall(
             "string_agg", arg, filt, sep.this if sep is not None else ",", sort_keys(order)
         )
+    if isinstance(node, exp.ArrayAgg):
+        arg, order = node.this, None
+        if isinstance(arg, exp.Order):
+            arg, order = arg.this, arg
+        if isinstance(arg, exp.Distinct):
+            raise unsupported(node, "array_agg(DISTINCT ...) is not supported")
+        return AggregateCall("array_agg", arg, filt, None, sort_keys(order))
     if isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_NAMES:
         kind = AGGREGATE_NAMES[node.name.lower()]
         if kind == "string_agg":

@@ -296,6 +296,7 @@ class _PhysicalPlanner:
                     call.separator,
                     order,
                     tuple(k.descending for k in call.order_by),
+                    tuple(k.nulls_first for k in call.order_by),
                 )
             )
         group = list(range(len(plan.group_by)))

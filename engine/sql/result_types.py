@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from engine.dataflow.aggregates import MOMENT_KINDS
 from engine.errors import UnsupportedSQL
-from engine.sql.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, NUMERIC, TEXT, SqlType, TypeKind
+from engine.sql.types import (
+    BIGINT,
+    BOOLEAN,
+    DOUBLE,
+    INTEGER,
+    NUMERIC,
+    TEXT,
+    SqlType,
+    TypeKind,
+    array_of,
+)
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
@@ -27,6 +37,13 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
         return BOOLEAN
     if kind == "string_agg":
         return TEXT
+    if kind == "array_agg":
+        if arg is None or arg.kind in (TypeKind.ARRAY, TypeKind.UNSUPPORTED):
+            raise UnsupportedSQL(f"array_agg of {arg} values is not supported")
+        if arg.kind is TypeKind.UNKNOWN:
+            return array_of(TEXT)
+        # Postgres' array_agg drops the typmod: numeric(8,2) -> numeric[]
+        return array_of(SqlType(arg.kind, name=arg.name, labels=arg.labels))
     if arg is None:
         raise ValueError(f"{kind} needs an argument type")
     if kind == "sum":

@@ -47,6 +47,8 @@ VIEWS = {
     "array_eq": "SELECT k FROM t WHERE a = '{1,2,3}' OR ta = '{a,\"b c\",NULL}'",
     "count_distinct": "SELECT count(DISTINCT u) AS nu, count(DISTINCT j) AS nj, "
     "count(DISTINCT a) AS na FROM t",
+    "array_agg": "SELECT m, array_agg(u ORDER BY k) AS us, array_agg(j ORDER BY k DESC) AS js, "
+    "array_agg(ip ORDER BY k) FILTER (WHERE d > 1) AS ips FROM t GROUP BY m",
     "null_tests": "SELECT k, u IS NULL AS un, j IS NOT NULL AS jn, a IS NULL AS an FROM t",
 }
 

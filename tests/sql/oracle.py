@@ -255,6 +255,10 @@ FLOAT_TOLERANCE = 1e-9
 def _norm_value(v: Any, kind: TypeKind) -> Any:
     if v is None:
         return None
+    if isinstance(v, (list, tuple)):  # an array (psycopg: lists; the dataflow: tuples)
+        return tuple(
+            _norm_value(x, TypeKind.NUMERIC if isinstance(x, Decimal) else kind) for x in v
+        )
     if kind in (TypeKind.REAL, TypeKind.DOUBLE) and isinstance(v, float):
         if math.isnan(v) or math.isinf(v) or v == 0:
             return v
@@ -306,6 +310,7 @@ def _type_ok(v: Any, kind: TypeKind) -> bool:
         TypeKind.TIMESTAMPTZ: datetime.datetime,
         TypeKind.INTERVAL: datetime.timedelta,
         TypeKind.TIME: datetime.time,
+        TypeKind.ARRAY: tuple,
     }.get(kind)
     return want is None or type(v) is want
 

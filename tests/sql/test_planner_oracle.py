@@ -802,6 +802,17 @@ QUERIES = [
         id="scalar-subquery-more-than-one-row",
     ),
     Q(
+        "SELECT customer_id, array_agg(amount ORDER BY amount, id) AS amounts, "
+        "array_agg(status ORDER BY id DESC) AS statuses, count(*) AS n FROM orders "
+        "GROUP BY customer_id",
+        id="agg-array-agg-ordered-with-nulls",
+    ),
+    Q(
+        "SELECT array_agg(id ORDER BY id DESC) FILTER (WHERE qty > 2) AS ids, "
+        "array_agg(created ORDER BY created NULLS FIRST, id) AS days FROM orders",
+        id="agg-array-agg-global-filter",
+    ),
+    Q(
         "SELECT id FROM orders WHERE status = 'new' OR customer_id IN "
         "(SELECT id FROM customers WHERE segment = 'a')",
         id="subquery-in-under-or",

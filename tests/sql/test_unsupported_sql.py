@@ -156,10 +156,10 @@ BAD = [
         id="having-without-group",
     ),
     B(
-        "SELECT array_agg(id) FROM orders",
-        ["array_agg", "array results"],
+        "SELECT array_agg(DISTINCT id) FROM orders",
+        ["array_agg(DISTINCT", "not supported"],
         "line 1, column 8",
-        id="array-agg",
+        id="array-agg-distinct",
     ),
     B(
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM orders",

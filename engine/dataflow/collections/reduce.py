@@ -75,9 +75,10 @@ class ReduceCollection(StatefulCollection):
                 spec: tuple | None = (b"M", agg.arg, agg.filter)
             elif agg.kind == "count_distinct":
                 spec = (b"D", agg.arg, agg.filter)
-            elif agg.kind == "string_agg":
+            elif agg.kind in A.ORDERED_KINDS:  # string_agg, array_agg (separator None)
                 desc = agg.descending or (False,) * len(agg.order_by)
-                spec = (b"S", agg.arg, agg.filter, agg.order_by, desc, agg.separator)
+                nulls = agg.nulls_first or (None,) * len(agg.order_by)
+                spec = (b"S", agg.arg, agg.filter, agg.order_by, desc, agg.separator, nulls)
             else:
                 spec = None
             if spec is None:
@@ -170,7 +171,8 @@ class ReduceCollection(StatefulCollection):
             gprefix = [len(k).to_bytes(4, "big") + k for k in keys]
         for slot, spec in enumerate(self._slots):
             ais = [ai for ai in range(nagg) if self._agg_slot[ai] == slot]
-            G, V, W = inputs.values(spec[1], spec[2])
+            arrays = spec[0] == b"S" and spec[5] is None  # array_agg keeps NULL elements
+            G, V, W = inputs.values(spec[1], spec[2], with_nulls=arrays)
             if not G:
                 continue
             if spec[0] == b"M":
@@ -416,13 +418,16 @@ class ReduceCollection(StatefulCollection):
         spec = self._slots[slot]
         desc = (*spec[4], False)
         agg = self.aggregates[self._agg_slot.index(slot)]
+        arrays = spec[5] is None
         if ordered is not None:
-            order_values = list(compress(ordered, inputs.keep(spec[1], spec[2])))
+            keep = inputs.keep(spec[1], spec[2], with_nulls=arrays)
+            order_values = list(compress(ordered, keep))
             sort_keys = [
-                encode_sortable((*o, v), desc) for o, v in zip(order_values, V, strict=True)
+                encode_sortable(o, desc[:-1], spec[6]) + _tiebreak(v)
+                for o, v in zip(order_values, V, strict=True)
             ]
         else:
-            sort_keys = list(map(encode_sortable_value, V))
+            sort_keys = list(map(_tiebreak, V))
         per_group: dict[int, dict[bytes, list]] = {}
         for g, v, w, sk in zip(G, V, W, sort_keys, strict=True):
             t = per_group.setdefault(g, {})
@@ -458,11 +463,24 @@ class ReduceCollection(StatefulCollection):
             for sk in sorted(entries):
                 v, n = entries[sk]
                 parts.extend([v] * n)
+            if arrays:
+                result[g] = tuple(parts)
+                continue
             sep: Any = agg.separator
             if isinstance(parts[0], bytes):
                 sep = sep.encode()
             result[g] = sep.join(parts)
         return result
+
+
+def _tiebreak(v: Any) -> bytes:
+    """A value's bytes in an ordered aggregate's entry key after its ORDER BY values: its sort
+    encoding where it has one (string_agg without ORDER BY orders by value), else a pickle
+    (uuid, arrays: only their identity matters)."""
+    try:
+        return encode_sortable_value(v)
+    except TypeError:
+        return b"\xff" + _dumps(v, 5)
 
 
 class _Inputs:
@@ -489,12 +507,15 @@ class _Inputs:
         m = self._mask(filt)
         return list(compress(self._gidx, m)), list(compress(self._weights, m))
 
-    def keep(self, arg: int, filt: int | None) -> list[bool]:
-        """Which rows count for an aggregate of column ``arg``: non-NULL and passing ``filt``."""
-        k = (arg, filt)
+    def keep(self, arg: int, filt: int | None, with_nulls: bool = False) -> list[bool]:
+        """Which rows count for an aggregate of column ``arg``: non-NULL (unless
+        ``with_nulls``: array_agg) and passing ``filt``."""
+        k = (arg, filt, with_nulls)
         if k not in self._keep:
             col = [r[arg] for r in self._rows]
-            if filt is None:
+            if with_nulls:
+                self._keep[k] = [True] * len(col) if filt is None else self._mask(filt)
+            elif filt is None:
                 self._keep[k] = [v is not None for v in col]
             else:
                 self._keep[k] = [
@@ -502,13 +523,16 @@ class _Inputs:
                 ]
         return self._keep[k]  # type: ignore[return-value]
 
-    def values(self, arg: int, filt: int | None) -> tuple[list[int], list[Any], list[int]]:
-        """(group index, value, weight) of the rows with a non-NULL ``arg`` passing ``filt``."""
-        k = (arg, filt)
+    def values(
+        self, arg: int, filt: int | None, with_nulls: bool = False
+    ) -> tuple[list[int], list[Any], list[int]]:
+        """(group index, value, weight) of the rows with a non-NULL ``arg`` (any, ``with_nulls``)
+        passing ``filt``."""
+        k = (arg, filt, with_nulls)
         got = self._values.get(k)
         if got is None:
             col = [r[arg] for r in self._rows]
-            keep = self.keep(arg, filt)
+            keep = self.keep(arg, filt, with_nulls)
             if all(keep):
                 got = (self._gidx, col, self._weights)
             else:
@@ -559,5 +583,6 @@ _FINAL = {
     "bool_and": A.bool_and_result,
     "bool_or": A.bool_or_result,
     "string_agg": None,
+    "array_agg": None,
     **{kind: functools.partial(A.moments_result, kind) for kind in A.MOMENT_KINDS},
 }
