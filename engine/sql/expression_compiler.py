@@ -1536,10 +1536,6 @@ class _Compiler:
         if v.type.kind is TypeKind.UNKNOWN:
             v = self.cast(v, TIMESTAMP, node)
         f = F.extract_field_name(field_name)
-        zoned = f == "epoch" or f in Z.ZONE_FIELDS
-        if v.type.kind is TypeKind.DATE and as_float and zoned:
-            # date_part(text, date) is date_part(text, timestamptz): the date's local midnight
-            v = self.cast(v, TIMESTAMPTZ, node)
         if v.type.kind is TypeKind.TIMESTAMPTZ:
             if f not in F.TIMESTAMP_FIELDS | Z.ZONE_FIELDS:
                 raise UnsupportedSQL(
@@ -1552,6 +1548,7 @@ class _Compiler:
         if v.type.kind is TypeKind.TIMESTAMP:
             ok = f in F.TIMESTAMP_FIELDS
         elif v.type.kind is TypeKind.DATE:
+            # date_part(text, date) is date_part($1, $2::timestamp): zone-free, epoch included
             ok = f in F.DATE_FIELDS or (as_float and f in F.TIMESTAMP_FIELDS)
             if as_float and ok:
                 v = self.cast(v, TIMESTAMP, node)
