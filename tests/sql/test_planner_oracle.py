@@ -835,6 +835,12 @@ QUERIES = [
         id="tz-join-on-local-date",
     ),
     Q(
+        "SELECT id, at::time AS t, GREATEST(at, day) AS g, LEAST(wall, at) AS l, "
+        "CASE WHEN kind = 'buy' THEN at ELSE day END AS c, at AT TIME ZONE 'GMT' AS gmt "
+        "FROM events UNION ALL SELECT id, NULL::time, day, wall, wall AS w2, wall AS w3 FROM events",
+        id="tz-mixed-types",
+    ),
+    Q(
         "SELECT x.customer_id, x.first_amount FROM (SELECT customer_id, first_value(amount) "
         "OVER (PARTITION BY customer_id ORDER BY created, id) AS first_amount, row_number() "
         "OVER (PARTITION BY customer_id ORDER BY created, id) AS rn FROM orders) x WHERE x.rn = 1",
