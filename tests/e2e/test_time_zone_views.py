@@ -3,7 +3,8 @@
 A view is planned under the creating session's ``TimeZone`` (the engine connection's for
 ``Engine.create_view``, the caller's for ``CALL incview.create_view``), which the catalog keeps:
 reopened by an engine whose connection has another zone, it keeps computing in the first one,
-through population and CDC, and ``explain`` names the zone.
+through population and CDC, and ``explain`` names the zone. Dagster's ``matches_full_recompute``
+check compares in the view's zone too.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def test_a_view_keeps_the_time_zone_it_was_created_in(pg_dsn, tmp_path):
                 assert diff_counts(ny, name, sql) == (0, 0), name
                 assert diff_counts(conn, name, sql) != (0, 0), name  # UTC: other results
             assert "TimeZone: America/New_York" in eng.views["by_day"].physical.explain()
+        # the Dagster check runs the query in the view's zone, whatever its connection's
+        from incview_dagster.checks import compare_with_full_recompute
+        from incview_dagster.view import IncView
+
+        for name, sql in VIEWS.items():
+            assert compare_with_full_recompute(conn, IncView(name, sql)).equal, name
 
 
 def test_a_view_created_from_sql_takes_the_callers_time_zone(pg_dsn, tmp_path):
