@@ -1475,7 +1475,9 @@ class _Compiler:
         zone_node = node.args.get("zone")
         v = self.compile(node.this)
         if v.type.kind is TypeKind.UNKNOWN:
-            v = self.cast(v, TIMESTAMPTZ if zone_node is not None else TIMESTAMP, node)
+            if zone_node is None:
+                raise _ambiguous(node, "date_trunc(unknown, unknown)")
+            v = self.cast(v, TIMESTAMPTZ, node)
         if v.type.kind is TypeKind.TIMESTAMP and zone_node is None:
             return self.call(F.date_trunc, [self.literal(unit, TEXT), v], TIMESTAMP, raises=False)
         if v.type.kind not in (TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ):
@@ -1534,7 +1536,7 @@ class _Compiler:
     ) -> _E:
         v = self.compile(arg)
         if v.type.kind is TypeKind.UNKNOWN:
-            v = self.cast(v, TIMESTAMP, node)
+            raise _ambiguous(node, "date_part(unknown, unknown)" if as_float else "extract")
         f = F.extract_field_name(field_name)
         if v.type.kind is TypeKind.TIMESTAMPTZ:
             if f not in F.TIMESTAMP_FIELDS | Z.ZONE_FIELDS:
@@ -1652,6 +1654,14 @@ class _Compiler:
 
     def c_Pow(self, node: exp.Expression) -> _E:
         raise _unsupported(node, "power()/^")
+
+
+def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
+    """Postgres' error for an untyped literal where several date/time types fit."""
+    return UnsupportedSQL(
+        f"function {signature} is not unique {_where(node)}; add an explicit cast "
+        "('2024-01-05'::timestamp, ::timestamptz or ::date)"
+    )
 
 
 def _op_symbol(node: exp.Expression) -> str:

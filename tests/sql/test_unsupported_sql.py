@@ -448,6 +448,18 @@ BAD = [
         "line 1",
         id="tz-unknown-zone",
     ),
+    B(
+        "SELECT date_trunc('month', '2024-01-05') FROM events",
+        ["function date_trunc(unknown, unknown) is not unique", "explicit cast"],
+        "line 1",
+        id="date-trunc-untyped-literal",
+    ),
+    B(
+        "SELECT extract(day FROM '2024-01-05') FROM events",
+        ["function extract is not unique"],
+        "line 1",
+        id="extract-untyped-literal",
+    ),
 ]
 
 
