@@ -1148,10 +1148,11 @@ class _Compiler:
             if b.interval is None:
                 raise _unsupported(
                     node,
-                    f"timestamptz {op} a non-constant interval",
+                    f"timestamptz {op} an interval that is not a literal",
                     "Postgres adds an interval's days on the wall clock of the session's "
                     "TimeZone and its hours as elapsed time, and incview reads interval values "
-                    "without telling '1 day' from '24 hours'; write a constant interval",
+                    "(columns, computed intervals) without telling '1 day' from '24 hours'; "
+                    "write a literal such as interval '1 day'",
                 )
             months, days, micros = b.interval
             if op == "-":
@@ -1501,7 +1502,9 @@ class _Compiler:
         names ('Region/City') and 'UTC' are taken, whose meaning is the same in both."""
         z = self.compile(zone_node)
         if not (z.is_const and isinstance(z.value, str)):
-            raise _unsupported(node, f"{what} given by a non-constant expression")
+            raise _unsupported(
+                node, f"{what} given by anything but a zone name literal", "write 'Region/City'"
+            )
         name = z.value.strip()
         if "/" not in name and name.upper() not in ("UTC", "GMT"):
             raise _unsupported(

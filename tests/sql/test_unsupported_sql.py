@@ -426,7 +426,7 @@ BAD = [
     # -- time zones (docs/sql.md "Time zones") ----------------------------------------------------
     B(
         "SELECT id, at + every AS later FROM events",
-        ["timestamptz + a non-constant interval", "'1 day' from '24 hours'"],
+        ["timestamptz + an interval that is not a literal", "'1 day' from '24 hours'"],
         "line 1, column 13",
         id="tz-plus-interval-column",
     ),
@@ -438,9 +438,21 @@ BAD = [
     ),
     B(
         "SELECT at AT TIME ZONE z FROM events",
-        ["AT TIME ZONE given by a non-constant expression"],
+        ["AT TIME ZONE given by anything but a zone name literal"],
         "line 1",
         id="tz-zone-column",
+    ),
+    B(
+        "SELECT at AT TIME ZONE INTERVAL '-05:00' FROM events",
+        ["AT TIME ZONE given by anything but a zone name literal"],
+        "line 1",
+        id="tz-zone-interval",
+    ),
+    B(
+        "SELECT at - (interval '1 day' + interval '2 hours') FROM events",
+        ["timestamptz - an interval that is not a literal"],
+        "line 1",
+        id="tz-minus-computed-interval",
     ),
     B(
         "SELECT date_trunc('day', at, 'Mars/Olympus') FROM events",
