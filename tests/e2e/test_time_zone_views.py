@@ -10,6 +10,7 @@ check compares in the view's zone too.
 from __future__ import annotations
 
 import datetime
+import threading
 
 import psycopg
 
@@ -127,3 +128,25 @@ def test_a_view_created_from_sql_takes_the_callers_time_zone(pg_dsn, tmp_path):
             eng.catch_up()
             assert diff_counts(caller, "by_day", VIEWS["by_day"]) == (0, 0)
             assert diff_counts(conn, "by_day", VIEWS["by_day"]) != (0, 0)
+            # the procedure itself, from a session in another zone, answered by a running engine
+            stop = threading.Event()
+
+            def serve() -> None:
+                commander = Commander(eng)
+                try:
+                    while not stop.is_set():
+                        commander.step()
+                finally:
+                    commander.close()
+
+            server = threading.Thread(target=serve)
+            server.start()
+            try:
+                with _zoned(pg_dsn, "America/Sao_Paulo") as other:
+                    (plan,) = other.execute(
+                        "CALL incview.explain(%s)", (VIEWS["by_month"],)
+                    ).fetchone()
+            finally:
+                stop.set()
+                server.join()
+            assert "TimeZone: America/Sao_Paulo" in plan
