@@ -19,7 +19,9 @@ Privileges, as Postgres would check them: the caller (``commands.caller``, set t
 inserted the row; row level security forbids another) must be a member of ``incview_admin`` to
 create or drop, and must have USAGE on the schema and SELECT on every source table (or on every
 column the query reads) to create or explain; the result table is granted (SELECT) to the caller.
-Names reach SQL only as ``psycopg.sql.Identifier`` or bind parameters. This module must not plan
+Names reach SQL only as ``psycopg.sql.Identifier`` or bind parameters. A view is created and
+explained under the caller's ``TimeZone`` (``commands.time_zone``, recorded by the column's
+default in the calling session), as Postgres would evaluate the query in that session. This module must not plan
 or maintain views itself: it calls the Engine.
 
 A commands-only process (no view of its own: ``Engine(views=[])``, as under Dagster, where each
@@ -74,6 +76,7 @@ class Command:
     name: str | None
     query: str | None
     caller: str
+    time_zone: str | None = None  # the caller's session TimeZone (the view is planned under it)
 
 
 class CommandFailed(Exception):
@@ -144,7 +147,7 @@ class Commander:
         """The oldest pending command, now ``running`` and advisory-locked by this session."""
         with self.conn.transaction():
             row = self.conn.execute(
-                f"SELECT id, verb, name, query, caller FROM {SCHEMA}.commands "
+                f"SELECT id, verb, name, query, caller, time_zone FROM {SCHEMA}.commands "
                 "WHERE state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
             ).fetchone()
             if row is None:
@@ -166,7 +169,7 @@ class Commander:
         """Run again the ``running`` commands whose process died (nobody holds their lock);
         True if views changed."""
         rows = self.conn.execute(
-            f"SELECT id, verb, name, query, caller FROM {SCHEMA}.commands "
+            f"SELECT id, verb, name, query, caller, time_zone FROM {SCHEMA}.commands "
             "WHERE state = 'running' ORDER BY id"
         ).fetchall()
         changed = False
@@ -216,8 +219,8 @@ class Commander:
     def _execute(self, command: Command) -> tuple[str | None, bool]:
         eng = self.engine
         if command.verb == "explain":
-            self._check_can_read(command.caller, command.query or "")
-            return eng.explain(command.query or ""), False
+            self._check_can_read(command)
+            return eng.explain(command.query or "", command.time_zone), False
         if not self._is_admin(command.caller):
             raise CommandFailed(
                 "42501",
@@ -250,8 +253,8 @@ class Commander:
                 return None, False  # it broke on open: list_views() says why
             # a commands-only process does not open views: a creation cut short starts over
             eng.drop_view(name)
-        self._check_can_read(command.caller, command.query or "")
-        eng.create_view(name, command.query or "")
+        self._check_can_read(command)
+        eng.create_view(name, command.query or "", command.time_zone)
         self._grant(name, command.caller)
         self._hand_over(name)
         return None, True
@@ -277,9 +280,10 @@ class Commander:
             ).fetchone()
         return bool(row and row[0])
 
-    def _check_can_read(self, role: str, query: str) -> None:
-        """Raise ``CommandFailed`` 42501 unless ``role`` may read what ``query`` reads."""
-        plan = plan_view(query, self.engine.sources)
+    def _check_can_read(self, command: Command) -> None:
+        """Raise ``CommandFailed`` 42501 unless the caller may read what the query reads."""
+        role = command.caller
+        plan = plan_view(command.query or "", self.engine.sources, command.time_zone)
         for scan in _scans(plan.optimized):
             schema = self.conn.execute(
                 "SELECT has_schema_privilege(%s, %s, 'USAGE')", (role, scan.schema)

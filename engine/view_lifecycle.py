@@ -2,8 +2,10 @@
 
 ``create_view`` writes the catalog row first and holds a creation lock, so a crash at any point
 leaves a view the next open finishes or undoes (``engine.view_opening``); a failure undoes what
-the call added (``engine.view_creation``). ``drop_view`` marks the view ``dropping`` first for
-the same reason. The publication always holds exactly the tables the catalog's views read; with
+the call added (``engine.view_creation``). A view is planned under the Postgres ``TimeZone`` of
+the session that creates it (the caller's for the commander, the engine connection's otherwise),
+which the catalog row keeps for every later planning. ``drop_view`` marks the view ``dropping``
+first for the same reason. The publication always holds exactly the tables the catalog's views read; with
 no view left, the slot and the publication are dropped.
 """
 
@@ -35,8 +37,12 @@ log = logging.getLogger(__name__)
 class ViewLifecycleMixin:
     """The part of ``Engine`` described in the module docstring."""
 
-    def create_view(self, name: str, sql: str) -> None:
+    def create_view(self, name: str, sql: str, time_zone: str | None = None) -> None:
         """Plan, populate and start maintaining ``name`` AS ``sql``.
+
+        ``time_zone``: the Postgres ``TimeZone`` the view's expressions over timestamptz are
+        evaluated in, for good (``date_trunc('day', ts)``, ``ts::date``...); by default the
+        engine connection's (the role's or the database's default, or ``PGTZ``).
 
         A view may read other views' result tables (views on views): they are published like
         any source table (result tables have REPLICA IDENTITY FULL) and ``catch_up`` runs until
@@ -49,7 +55,7 @@ class ViewLifecycleMixin:
         """
         schema, table = split_view_name(name)  # ViewError for an unacceptable name
         try:
-            self._create_view(name, sql, schema, table)
+            self._create_view(name, sql, schema, table, time_zone or self.session_time_zone())
         except (IncviewError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
@@ -60,10 +66,14 @@ class ViewLifecycleMixin:
                 "was kept (this is a bug in incview: please report it with the view's SQL)"
             ) from e
 
-    def _create_view(self, name: str, sql: str, schema: str, table: str) -> None:
+    def session_time_zone(self) -> str:
+        """The engine connection's ``TimeZone`` setting (``SHOW TimeZone``)."""
+        return self.conn.execute("SHOW TimeZone").fetchone()[0]
+
+    def _create_view(self, name: str, sql: str, schema: str, table: str, time_zone: str) -> None:
         if self.catalog.get(name) is not None:
             raise ViewError(f"view {name} already exists: drop_view({name!r}) first")
-        plan = plan_view(sql, self.sources)
+        plan = plan_view(sql, self.sources, time_zone)
         tables = [s.qualified_name for s in plan.sources]
         results = self._result_tables()
         for t in tables:
@@ -86,7 +96,7 @@ class ViewLifecycleMixin:
         # creation lock tells other processes that this one is still at it
         self.catalog.creating(name, True)
         try:
-            self.catalog.insert(name, sql, schema, table)
+            self.catalog.insert(name, sql, schema, table, time_zone)
         except BaseException:
             self.catalog.creating(name, False)
             raise
@@ -227,8 +237,9 @@ class ViewLifecycleMixin:
         expected = SourceSchema.load(self.state_dir / "views" / record.name / SOURCES_FILE)
         if expected is not None:
             return list(expected.tables)
-        return self._tables_of(record.sql)
+        return self._tables_of(record)
 
-    def _tables_of(self, sql: str) -> list[str]:
+    def _tables_of(self, record: ViewRecord) -> list[str]:
         """Source tables of a view this process has not opened."""
-        return [s.qualified_name for s in plan_view(sql, self.sources).sources]
+        plan = plan_view(record.sql, self.sources, record.time_zone)
+        return [s.qualified_name for s in plan.sources]

@@ -112,5 +112,7 @@ class ViewListingMixin:
                     touched.update(self.reader.ancestors_of(ev.oid))
         return result
 
-    def explain(self, sql: str) -> str:
-        return explain(sql, self.sources)
+    def explain(self, sql: str, time_zone: str | None = None) -> str:
+        """The plans of ``sql`` under Postgres ``TimeZone`` ``time_zone`` (default: the engine
+        connection's), as ``create_view`` would make them."""
+        return explain(sql, self.sources, time_zone or self.session_time_zone())

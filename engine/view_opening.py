@@ -149,5 +149,7 @@ class ViewOpeningMixin:
         the state's layout depends on the join order they chose."""
         stats = PlanStats.load(self.state_dir / "views" / record.name)
         return plan_view(
-            record.sql, self.sources if stats is None else FrozenStats(self.sources, stats)
+            record.sql,
+            self.sources if stats is None else FrozenStats(self.sources, stats),
+            record.time_zone,  # the creating session's, whatever this connection's is
         )

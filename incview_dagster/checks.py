@@ -1,7 +1,9 @@
 """Asset checks of a view: ``matches_full_recompute`` and ``lag_within``.
 
 ``matches_full_recompute`` runs the view's SQL in Postgres and compares it with the result table,
-``EXCEPT ALL`` both ways (result tables are multisets), in one REPEATABLE READ snapshot; it fails
+``EXCEPT ALL`` both ways (result tables are multisets), in one REPEATABLE READ snapshot and in
+the TimeZone the view was created in (``incview.views.time_zone``: its results over timestamptz
+depend on it, docs/sql.md "Time zones"); it fails
 with the counts and a sample of the differing rows. While writers are active the result table may
 trail the sources by the view's lag, so a difference is re-checked a few times (``attempts``,
 ``retry_delay_s``) before it counts: a wrong view keeps differing, a lagging one catches up.
@@ -60,6 +62,7 @@ def compare_with_full_recompute(
     only_table = psycopg.sql.SQL("(SELECT * FROM {t} EXCEPT ALL ({q}))").format(q=query, t=table)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        _use_time_zone_of(conn, view.name)
         missing = conn.execute(
             psycopg.sql.SQL("SELECT count(*) FROM {} d").format(only_query)
         ).fetchone()[0]
@@ -79,6 +82,19 @@ def compare_with_full_recompute(
             )
         ).fetchall()
     return RecomputeComparison(int(missing), int(extra), columns, missing_rows, extra_rows)
+
+
+def _use_time_zone_of(conn: psycopg.Connection, name: str) -> None:
+    """SET LOCAL TimeZone to the one view ``name`` was created in (when the catalog has it)."""
+    has_column = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('incview.views') "
+        "AND attname = 'time_zone' AND NOT attisdropped"
+    ).fetchone()
+    if has_column is None:
+        return
+    row = conn.execute("SELECT time_zone FROM incview.views WHERE name = %s", (name,)).fetchone()
+    if row is not None and row[0] is not None:
+        conn.execute("SELECT set_config('TimeZone', %s, true)", (row[0],))
 
 
 def _markdown_rows(columns: Sequence[str], rows: Sequence[tuple]) -> str:

@@ -1,7 +1,8 @@
 """The ``incview`` schema in the user's database: one row per view, migrated forward on open.
 
 ``incview.views`` holds each view's name, SQL, result table, phase (populating | running | dropping | error
-| sink_error), creation time, last applied LSN, last error, heartbeat and last batch metrics.
+| sink_error), creation time, last applied LSN, last error, heartbeat and last batch metrics, and
+the Postgres ``TimeZone`` of the session that created it (the view is always planned under it).
 ``incview.meta`` holds the schema version; ``ViewCatalog.open`` applies the migrations a database
 lacks, in order, each in its own transaction, so older databases move forward safely. The sink
 updates ``last_lsn`` in its own transaction (``record_applied``) so results and LSN commit
@@ -246,6 +247,14 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # the commander (engine.commander, docs/commander.md): views created from SQL
     COMMANDER_MIGRATION,
+    # time_zone: the TimeZone of the session that created the view, which its expressions over
+    # timestamptz are evaluated in (engine.sql.time_zone); a command records its caller's (the
+    # column default is evaluated in the session that CALLs incview.create_view/explain)
+    f"""
+    ALTER TABLE {SCHEMA}.views ADD COLUMN IF NOT EXISTS time_zone text;
+    ALTER TABLE {SCHEMA}.commands
+        ADD COLUMN IF NOT EXISTS time_zone text DEFAULT current_setting('TimeZone');
+    """,
 )
 
 
@@ -268,6 +277,7 @@ class ViewRecord:
     runner_host: str | None
     lag_ms: float | None
     last_change_lsn: int | None
+    time_zone: str | None = None  # the creating session's TimeZone (None: created before v8)
 
 
 def lsn_to_int(lsn: str | None) -> int | None:
@@ -284,7 +294,7 @@ def int_to_lsn(value: int) -> str:
 _COLUMNS = (
     "name, sql, result_schema, result_table, phase, created, last_lsn::text, last_error, "
     "heartbeat, last_commit_time, last_batch_rows, last_batch_ms, state_lsn::text, runner_pid, "
-    "runner_host, lag_ms, last_change_lsn::text"
+    "runner_host, lag_ms, last_change_lsn::text, time_zone"
 )
 
 
@@ -354,11 +364,18 @@ class ViewCatalog:
             return True
         return False
 
-    def insert(self, name: str, sql: str, result_schema: str, result_table: str) -> None:
+    def insert(
+        self,
+        name: str,
+        sql: str,
+        result_schema: str,
+        result_table: str,
+        time_zone: str | None = None,
+    ) -> None:
         self.conn.execute(
-            f"INSERT INTO {SCHEMA}.views (name, sql, result_schema, result_table, phase) "
-            "VALUES (%s, %s, %s, %s, 'populating')",
-            (name, sql, result_schema, result_table),
+            f"INSERT INTO {SCHEMA}.views (name, sql, result_schema, result_table, phase, "
+            "time_zone) VALUES (%s, %s, %s, %s, 'populating', %s)",
+            (name, sql, result_schema, result_table, time_zone),
         )
 
     def set_phase(self, name: str, phase: str, error: str | None = None) -> None:

@@ -33,7 +33,9 @@ from engine.dataflow.nan import NAN, NUMERIC_NAN, canonical_value
 from engine.errors import UnsupportedSQL
 from engine.sql import carried_values as CV
 from engine.sql import functions as F
+from engine.sql import zoned_time as Z
 from engine.sql.parse import DIALECT
+from engine.sql.time_zone import current_time_zone
 from engine.sql.types import (
     BIGINT,
     BOOLEAN,
@@ -47,6 +49,7 @@ from engine.sql.types import (
     REAL,
     TEXT,
     TIMESTAMP,
+    TIMESTAMPTZ,
     UNKNOWN,
     SqlType,
     TypeKind,
@@ -137,6 +140,8 @@ class _E:
     raises: bool = False
     value: Any = _NOVALUE  # the constant's Python value, when the expression is a constant
     simple: bool = False  # a plain name or literal: cheap and safe to evaluate twice
+    # a constant interval's (months, days, microseconds), kept apart as Postgres keeps them
+    interval: tuple[int, int, int] | None = None
 
     @property
     def is_const(self) -> bool:
@@ -253,6 +258,7 @@ class _Compiler:
         self._tmp = itertools.count()
         self.used: set[int] = set()
         self.numeric_ctx = False
+        self.time_zone = current_time_zone()  # the Postgres TimeZone of this planning
 
     # -- plumbing ------------------------------------------------------------------------------
     def tmp(self) -> str:
@@ -369,6 +375,15 @@ class _Compiler:
             return f"_F.{fn.__name__}"
         return self.const_name(fn)
 
+    def session_zone(self, node: exp.Expression, what: str):
+        """The ``ZoneInfo`` of the session's TimeZone, which ``what`` depends on (refused
+        when this planning has none: ``engine.sql.time_zone``)."""
+        return self.time_zone.zone(what, _where(node))
+
+    def zone_call(self, fn: Any, args: list[_E], type_: SqlType, zone, raises: bool = True) -> _E:
+        """A strict call ``fn(*args, zone)`` of a ``engine.sql.zoned_time`` helper."""
+        return self.call(fn, args, type_, raises=raises, extra=f", {self.const_name(zone)}")
+
     # -- dispatch ------------------------------------------------------------------------------
     def compile(self, node: exp.Expression) -> _E:
         for cls, what in _NONDETERMINISTIC.items():
@@ -463,11 +478,15 @@ class _Compiler:
         unit = node.args.get("unit")
         if unit is not None:
             text = f"{text} {unit.name}"
+        return self.interval_literal(text, node)
+
+    def interval_literal(self, text: str, node: exp.Expression) -> _E:
         try:
-            value = F.parse_interval(text)
-        except EvalError as e:
-            raise UnsupportedSQL(f"{e} {_where(node)}") from None
-        return self.literal(value, INTERVAL)
+            e = self.literal(F.parse_interval(text), INTERVAL)
+            e.interval = F.interval_parts(text)
+        except EvalError as err:
+            raise UnsupportedSQL(f"{err} {_where(node)}") from None
+        return e
 
     # -- casts ---------------------------------------------------------------------------------
     def c_Cast(self, node: exp.Cast) -> _E:
@@ -476,7 +495,7 @@ class _Compiler:
             target = from_pg_name(to.sql(dialect="postgres"))
         except ValueError:
             raise _unsupported(node, f"type {to.sql(dialect='postgres')}") from None
-        if target.kind is TypeKind.TIMESTAMP or target.kind is TypeKind.TIME:
+        if target.kind in (TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ, TypeKind.TIME):
             target = SqlType(target.kind)
         return self.cast(self.compile(node.this), target, node, explicit=True)
 
@@ -490,10 +509,7 @@ class _Compiler:
                 return self.literal(None, to)
             src = TEXT
             if to.kind is TypeKind.INTERVAL and e.is_const:
-                try:
-                    return self.literal(F.parse_interval(e.value), INTERVAL)
-                except EvalError as err:
-                    raise UnsupportedSQL(f"{err} {_where(node)}") from None
+                return self.interval_literal(e.value, node)
         conv = self._cast_fn(src, to, node)
         if conv is None:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
@@ -602,12 +618,26 @@ class _Compiler:
         if s is TypeKind.TIMESTAMP and t is TypeKind.DATE:
             return (lambda v: v.date()), False
         if TypeKind.TIMESTAMPTZ in (s, t):
-            raise _unsupported(
-                node,
-                f"cast from {src} to {to}",
-                "it depends on the session's TimeZone; store timestamptz and compare it as is",
-            )
+            return self._zoned_cast_fn(src, to, node)
         raise _unsupported(node, f"cast from {src} to {to}")
+
+    def _zoned_cast_fn(self, src: SqlType, to: SqlType, node: exp.Expression):
+        """Casts to and from timestamptz: evaluated in the session's TimeZone."""
+        s, t = src.kind, to.kind
+        kernels = {
+            (TypeKind.TIMESTAMPTZ, TypeKind.TIMESTAMP): (Z.to_local, True),
+            (TypeKind.TIMESTAMPTZ, TypeKind.DATE): (Z.tz_to_date, True),
+            (TypeKind.TIMESTAMPTZ, TypeKind.TIME): (lambda v, z: Z.to_local(v, z).time(), True),
+            (TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ): (Z.from_local, True),
+            (TypeKind.DATE, TypeKind.TIMESTAMPTZ): (Z.date_to_tz, True),
+            (TypeKind.TEXT, TypeKind.TIMESTAMPTZ): (Z.text_to_tz, True),
+        }
+        kernel = kernels.get((TypeKind.TEXT if src.is_string else s, t))
+        if kernel is None:
+            raise _unsupported(node, f"cast from {src} to {to}")
+        fn, raises = kernel
+        zone = self.session_zone(node, f"cast from {src} to {to}")
+        return (lambda v, _fn=fn, _z=zone: _fn(v, _z)), raises
 
     def _to_text(self, src: SqlType, node: exp.Expression) -> Callable:
         k = src.kind
@@ -625,6 +655,9 @@ class _Compiler:
             return F.date_text
         if k is TypeKind.TIMESTAMP:
             return F.timestamp_text
+        if k is TypeKind.TIMESTAMPTZ:
+            zone = self.session_zone(node, f"converting {src} to text")
+            return lambda v, _z=zone: Z.tz_text(v, _z)
         if k is TypeKind.INTERVAL:
             return F.interval_text
         if k is TypeKind.INET:
@@ -1078,8 +1111,11 @@ class _Compiler:
     def _datetime_op(self, op: str, a: _E, b: _E, node: exp.Expression) -> _E | None:
         ka, kb = a.type.kind, b.type.kind
         D, TS, IV = TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.INTERVAL
-        if op == "+" and (kb in (D, TS) and (ka is IV or a.type.is_integer)):
+        TZ = TypeKind.TIMESTAMPTZ
+        if op == "+" and (kb in (D, TS, TZ) and (ka is IV or a.type.is_integer)):
             a, b, ka, kb = b, a, kb, ka
+        if TZ in (ka, kb):
+            return self._zoned_op(op, a, b, node)
         if ka is D and b.type.is_integer and op in "+-":
             fn = F.date_plus_days
             if op == "-":
@@ -1101,6 +1137,33 @@ class _Compiler:
             if isinstance(a.value, F.Interval) or isinstance(b.value, F.Interval):
                 raise _unsupported(node, "arithmetic between intervals with months")
             code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} {op} {xs[1]})")
+            return _E(code, INTERVAL, nullable, a.raises or b.raises)
+        return None
+
+    def _zoned_op(self, op: str, a: _E, b: _E, node: exp.Expression) -> _E | None:
+        """timestamptz +/- interval (in the session's TimeZone) and timestamptz - timestamptz."""
+        ka, kb = a.type.kind, b.type.kind
+        TZ = TypeKind.TIMESTAMPTZ
+        if ka is TZ and kb is TypeKind.INTERVAL and op in "+-":
+            if b.interval is None:
+                raise _unsupported(
+                    node,
+                    f"timestamptz {op} an interval that is not a literal",
+                    "Postgres adds an interval's days on the wall clock of the session's "
+                    "TimeZone and its hours as elapsed time, and incview reads interval values "
+                    "(columns, computed intervals) without telling '1 day' from '24 hours'; "
+                    "write a literal such as interval '1 day'",
+                )
+            months, days, micros = b.interval
+            if op == "-":
+                months, days, micros = -months, -days, -micros
+            zone = self.session_zone(node, f"timestamptz {op} interval")
+            extra = f", {months}, {days}, {micros}, {self.const_name(zone)}"
+            return self.call(Z.plus_interval, [a], TIMESTAMPTZ, extra=extra)
+        dt = (TypeKind.DATE, TypeKind.TIMESTAMP, TZ)
+        if op == "-" and ka in dt and kb in dt:
+            a, b = self.cast(a, TIMESTAMPTZ, node), self.cast(b, TIMESTAMPTZ, node)
+            code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} - {xs[1]})")
             return _E(code, INTERVAL, nullable, a.raises or b.raises)
         return None
 
@@ -1410,19 +1473,64 @@ class _Compiler:
         unit = F.trunc_unit(unit_node.name) if unit_node is not None else None
         if unit is None:
             raise _unsupported(node, f"date_trunc unit {unit_node.name if unit_node else '?'!r}")
-        if node.args.get("zone") is not None:
-            raise _unsupported(node, "date_trunc with a time zone")
+        zone_node = node.args.get("zone")
         v = self.compile(node.this)
         if v.type.kind is TypeKind.UNKNOWN:
-            v = self.cast(v, TIMESTAMP, node)
-        if v.type.kind is not TypeKind.TIMESTAMP:
+            if zone_node is None:
+                raise _ambiguous(node, "date_trunc(unknown, unknown)")
+            v = self.cast(v, TIMESTAMPTZ, node)
+        if v.type.kind is TypeKind.TIMESTAMP and zone_node is None:
+            return self.call(F.date_trunc, [self.literal(unit, TEXT), v], TIMESTAMP, raises=False)
+        if v.type.kind not in (TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.TIMESTAMPTZ):
+            raise _unsupported(node, f"date_trunc on {v.type}")
+        if zone_node is not None:
+            zone = self.named_zone(zone_node, node, "date_trunc's time zone")
+        else:
+            what = f"date_trunc on {v.type}"
+            if self.time_zone.name is None and v.type.kind is TypeKind.DATE:
+                # the message of a planning without a TimeZone: how to avoid depending on it
+                what += " (cast it to stay zone-free: date_trunc('month', d::timestamp))"
+            zone = self.session_zone(node, what)
+        v = self.cast(v, TIMESTAMPTZ, node)  # Postgres promotes date and timestamp
+        return self.zone_call(Z.date_trunc, [self.literal(unit, TEXT), v], TIMESTAMPTZ, zone)
+
+    def named_zone(self, zone_node: exp.Expression, node: exp.Expression, what: str):
+        """The ``ZoneInfo`` of a constant zone name (AT TIME ZONE, date_trunc's third argument).
+
+        Postgres reads a name it knows as an abbreviation ('EST', 'CET', 'PST') as that fixed
+        offset before trying the tz database, and accepts POSIX zone specs: only full IANA
+        names ('Region/City') and 'UTC' are taken, whose meaning is the same in both."""
+        z = self.compile(zone_node)
+        if not (z.is_const and isinstance(z.value, str)):
+            raise _unsupported(
+                node, f"{what} given by anything but a zone name literal", "write 'Region/City'"
+            )
+        name = z.value.strip()
+        if "/" not in name and name.upper() not in ("UTC", "GMT"):
             raise _unsupported(
                 node,
-                f"date_trunc on {v.type}",
-                "a date argument makes Postgres use timestamp with time zone (session TimeZone "
-                "dependent); cast it: date_trunc('month', d::timestamp)",
+                f"time zone {name!r} as {what}",
+                "write a full IANA zone name such as 'America/New_York' or 'UTC' (Postgres reads "
+                "abbreviations and POSIX specs by rules of its own)",
             )
-        return self.call(F.date_trunc, [self.literal(unit, TEXT), v], TIMESTAMP, raises=False)
+        try:
+            return Z.load_zone("UTC" if name.upper() in ("UTC", "GMT") else name)
+        except ValueError:
+            raise UnsupportedSQL(f'time zone "{name}" not recognized {_where(node)}') from None
+
+    def c_AtTimeZone(self, node: exp.AtTimeZone) -> _E:
+        """``timestamptz AT TIME ZONE z`` -> the wall-clock timestamp in z; ``timestamp AT TIME
+        ZONE z`` -> the timestamptz of that wall-clock time in z (a date is promoted to
+        timestamptz first, in the session's TimeZone, as Postgres does)."""
+        zone = self.named_zone(node.args["zone"], node, "AT TIME ZONE")
+        v = self.compile(node.this)
+        if v.type.kind in (TypeKind.UNKNOWN, TypeKind.DATE):
+            v = self.cast(v, TIMESTAMPTZ, node)
+        if v.type.kind is TypeKind.TIMESTAMPTZ:
+            return self.zone_call(Z.to_local, [v], TIMESTAMP, zone)
+        if v.type.kind is TypeKind.TIMESTAMP:
+            return self.zone_call(Z.from_local, [v], TIMESTAMPTZ, zone)
+        raise _unsupported(node, f"AT TIME ZONE on {v.type}")
 
     c_DateTrunc = c_TimestampTrunc
 
@@ -1431,12 +1539,22 @@ class _Compiler:
     ) -> _E:
         v = self.compile(arg)
         if v.type.kind is TypeKind.UNKNOWN:
-            v = self.cast(v, TIMESTAMP, node)
+            raise _ambiguous(node, "date_part(unknown, unknown)" if as_float else "extract")
         f = F.extract_field_name(field_name)
+        if v.type.kind is TypeKind.TIMESTAMPTZ:
+            if f not in F.TIMESTAMP_FIELDS | Z.ZONE_FIELDS:
+                raise UnsupportedSQL(
+                    f'unit "{field_name.lower()}" not supported for type {v.type} {_where(node)}'
+                )
+            zone = self.session_zone(node, f"extract({f} from timestamptz)")
+            fn = Z.date_part if as_float else Z.extract
+            args = [self.literal(f, TEXT), v]
+            return self.zone_call(fn, args, DOUBLE if as_float else NUMERIC, zone)
         if v.type.kind is TypeKind.TIMESTAMP:
             ok = f in F.TIMESTAMP_FIELDS
         elif v.type.kind is TypeKind.DATE:
-            ok = f in F.DATE_FIELDS or (as_float and f in F.TIMESTAMP_FIELDS and f != "epoch")
+            # date_part(text, date) is date_part($1, $2::timestamp): zone-free, epoch included
+            ok = f in F.DATE_FIELDS or (as_float and f in F.TIMESTAMP_FIELDS)
             if as_float and ok:
                 v = self.cast(v, TIMESTAMP, node)
         else:
@@ -1539,6 +1657,14 @@ class _Compiler:
 
     def c_Pow(self, node: exp.Expression) -> _E:
         raise _unsupported(node, "power()/^")
+
+
+def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
+    """Postgres' error for an untyped literal where several date/time types fit."""
+    return UnsupportedSQL(
+        f"function {signature} is not unique {_where(node)}; add an explicit cast "
+        "('2024-01-05'::timestamp, ::timestamptz or ::date)"
+    )
 
 
 def _op_symbol(node: exp.Expression) -> str:

@@ -639,8 +639,8 @@ _IV_TOKEN = re.compile(
 )
 
 
-def parse_interval(text: str) -> Interval | datetime.timedelta:
-    """Parse Postgres interval input ('1 day 2 hours', '3 months', '01:30:00', '2 weeks ago')."""
+def _interval_fields(text: str) -> tuple[int, Decimal, Decimal]:
+    """Postgres interval input as (months, days, microseconds), 'ago' applied."""
     s = text.strip().lower()
     ago = s.endswith(" ago")
     if ago:
@@ -680,10 +680,30 @@ def parse_interval(text: str) -> Interval | datetime.timedelta:
             micros += sign * (((h * 60 + mi) * 60 + sec) * 1_000_000 + us)
     if not matched:
         raise _invalid("interval", text)
-    delta = datetime.timedelta(days=float(days)) + datetime.timedelta(microseconds=int(micros))
     if ago:
-        months, delta = -months, -delta
+        return -months, -days, -micros
+    return months, days, micros
+
+
+def parse_interval(text: str) -> Interval | datetime.timedelta:
+    """Parse Postgres interval input ('1 day 2 hours', '3 months', '01:30:00', '2 weeks ago')."""
+    months, days, micros = _interval_fields(text)
+    delta = datetime.timedelta(days=float(days)) + datetime.timedelta(microseconds=int(micros))
     return Interval(months, delta) if months else delta
+
+
+def interval_parts(text: str) -> tuple[int, int, int]:
+    """Postgres' three interval fields (months, days, microseconds), kept apart as Postgres
+    keeps them (``'1 day'`` is not ``'24 hours'`` across a DST change); a fraction of a day
+    goes to the time part.
+
+    >>> interval_parts("1 mon 1.5 days 2 hours")
+    (1, 1, 50400000000)
+    """
+    months, days, micros = _interval_fields(text)
+    whole = int(days)  # toward zero, as Postgres
+    micros += (days - whole) * 86_400_000_000
+    return months, whole, int(micros.to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def add_months(ts: datetime.date, months: int):

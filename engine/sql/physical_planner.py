@@ -55,9 +55,14 @@ class PhysicalPlan:
     #: dataflow input name ("schema.table") -> the table's column names each input row carries
     inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     output_fields: tuple[Field, ...] = ()
+    #: the Postgres TimeZone an expression of the plan depends on (None: none does)
+    time_zone: str | None = None
 
     def explain(self) -> str:
-        return self.dataflow.explain()
+        """The dataflow, after a ``TimeZone:`` line when an expression depends on the zone (the
+        view's state fingerprint covers this text: ``engine.plan_lock``)."""
+        text = self.dataflow.explain()
+        return f"TimeZone: {self.time_zone}\n{text}" if self.time_zone else text
 
 
 def plan_physical(plan: LogicalPlan, store: StateStore | None) -> PhysicalPlan:

@@ -6,8 +6,9 @@ runs through ``Engine.create_view`` / ``catch_up`` against a real Postgres: the 
 population snapshot (with a writer active while the views populate), the dataflow and the
 result-table sink. Batches mix multi-statement transactions (inserts with NULLs and duplicate
 values, updates that change primary keys, deletes), rolled-back transactions and TRUNCATE (the
-view re-populates). After every ``catch_up`` each result table must equal its query run by
-Postgres, as multisets (EXCEPT ALL both ways, floats rounded to 6 decimals in SQL). Views whose
+view re-populates). The database's TimeZone is America/New_York (the events table's rows cross
+its DST changes): the views are created, and Postgres runs their queries, in that zone. After every
+``catch_up`` each result table must equal its query run by Postgres, as multisets (EXCEPT ALL both ways, floats rounded to 6 decimals in SQL). Views whose
 queries raise scalar errors (division by zero, invalid casts) are left to the planner oracle.
 """
 
@@ -21,8 +22,8 @@ import pytest
 from psycopg import sql as pgsql
 
 from engine.engine import Engine
-from tests.sql.oracle import DDL, TABLES, TableModel
-from tests.sql.test_planner_oracle import QUERIES
+from tests.sql.oracle import DDL, OWN_STREAM_TABLES, TABLES, TableModel
+from tests.sql.test_planner_oracle import ORACLE_TIME_ZONE, QUERIES
 
 # queries whose result raises a scalar error in Postgres on some data (checked by the planner
 # oracle, which compares errors; a result table cannot show them)
@@ -78,6 +79,7 @@ QUICK = [
         "join_full_null_keys",
         "except_all_same_table_nulls",
     }
+    or name.startswith("tz_")  # timestamptz in the database's zone, through population and CDC
 ]
 
 
@@ -123,14 +125,14 @@ class Workload:
     def __init__(self, conn: psycopg.Connection, seed: int) -> None:
         self.conn = conn
         self.rng = random.Random(seed)
-        self.models = {s.name: TableModel(s, self.rng) for s in TABLES}
+        self.models = {s.name: TableModel(s, self.rng) for s in TABLES + OWN_STREAM_TABLES}
         self.committed = 0
         self.truncates = 0
 
     def setup(self) -> None:
         with self.conn.cursor() as cur:
             cur.execute(DDL)
-            for s in TABLES:
+            for s in TABLES + OWN_STREAM_TABLES:
                 cur.execute(f"ALTER TABLE {s.name} REPLICA IDENTITY FULL")
         with self.conn.transaction(), self.conn.cursor() as cur:
             for m in self.models.values():
@@ -176,6 +178,9 @@ def run_engine_oracle(
 ) -> tuple[int, int]:
     """Run the oracle; returns (transactions written during population, TRUNCATEs)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        db = pgsql.Identifier(conn.info.dbname)
+        conn.execute(pgsql.SQL("ALTER DATABASE {} SET TimeZone = {}").format(db, ORACLE_TIME_ZONE))
+    with psycopg.connect(dsn, autocommit=True) as conn:  # sessions from now on: New York
         work = Workload(conn, seed)
         work.setup()
         stop = threading.Event()

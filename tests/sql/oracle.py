@@ -1,9 +1,12 @@
 """The end-to-end correctness oracle of the SQL planner: incremental results == Postgres' own.
 
 ``run_oracle(conn, sql, seed, state_dir)`` creates a small schema (customers, products, orders,
-order_items; NULLable columns, small value domains so that duplicates and join matches are common)
-in the Postgres database behind ``conn``, builds a catalog from Postgres' own catalog
-(``format_type``), plans the view and opens its dataflow on a fresh ``StateStore``. Then, batch
+order_items; NULLable columns, small value domains so that duplicates and join matches are common;
+and events, whose timestamptz, date and timestamp values sit around the DST changes and month
+ends of America/New_York, with rows of its own random stream so that the other tables' rows do not
+depend on it) in the Postgres database behind ``conn``, builds a catalog from Postgres' own catalog
+(``format_type``), plans the view under the connection's ``TimeZone`` (run it with a zone that
+has DST) and opens its dataflow on a fresh ``StateStore``. Then, batch
 after batch, it generates random DML (inserts with NULLs and duplicate non-key values, updates
 that may change the primary key or move an order to another customer, deletes, and now and then a
 whole-table delete), applies it to Postgres in one transaction and pushes the same changes as
@@ -14,7 +17,7 @@ must fail on the query too (and the other way round). Before the first batch the
 column names and types must equal those of a Postgres view over the SQL.
 
 Values are compared exactly (ints, text, dates, booleans; numerics as ``Decimal`` values, so
-``1.0 == 1.00``); floats with a relative tolerance of 1e-9 (absolute 1e-9 near zero). A mismatch
+``1.0 == 1.00``; timestamptz as instants); floats with a relative tolerance of 1e-9 (absolute 1e-9 near zero). A mismatch
 raises ``OracleMismatch`` naming the SQL, the seed, the batch and a sample of missing and extra
 rows. This module is the one place of the oracle: tests only choose queries and seeds.
 """
@@ -72,6 +75,14 @@ CREATE TABLE order_items (
     qty smallint,
     price numeric(8,2)
 );
+CREATE TABLE events (
+    id int PRIMARY KEY,
+    customer_id int,
+    at timestamptz,
+    day date,
+    wall timestamp,
+    kind text
+);
 """
 
 _BASE_DATE = datetime.date(2024, 1, 1)
@@ -88,6 +99,34 @@ def _money(rng: random.Random, lo: int, hi: int) -> Decimal:
 
 
 Gen = Callable[[random.Random], Any]
+
+_UTC = datetime.UTC
+# instants (UTC) near America/New_York's DST changes (2024-03-10 07:00Z, 2024-11-03 06:00Z),
+# local month ends and the turn of the year, and wall-clock times in the gap and the overlap
+_EVENT_INSTANTS = [
+    datetime.datetime(2024, 3, 10, 7, 0, tzinfo=_UTC),
+    datetime.datetime(2024, 11, 3, 6, 0, tzinfo=_UTC),
+    datetime.datetime(2024, 11, 3, 5, 0, tzinfo=_UTC),
+    datetime.datetime(2024, 4, 1, 3, 59, 59, 999_999, tzinfo=_UTC),
+    datetime.datetime(2024, 12, 1, 5, 0, tzinfo=_UTC),
+    datetime.datetime(2025, 1, 1, 4, 30, tzinfo=_UTC),
+    datetime.datetime(2024, 6, 30, 23, 0, tzinfo=_UTC),
+]
+_EVENT_WALLS = [
+    datetime.datetime(2024, 3, 10, 2, 30),
+    datetime.datetime(2024, 11, 3, 1, 30),
+    datetime.datetime(2024, 3, 31, 23, 45),
+    datetime.datetime(2024, 12, 31, 23, 59, 59),
+]
+
+
+def _event_at(rng: random.Random) -> datetime.datetime:
+    minutes = rng.choice([-61, -60, -30, -1, 0, 1, 30, 59, 60, 90, 1440, -1440])
+    return rng.choice(_EVENT_INSTANTS) + datetime.timedelta(minutes=minutes)
+
+
+def _event_wall(rng: random.Random) -> datetime.datetime:
+    return rng.choice(_EVENT_WALLS) + datetime.timedelta(minutes=rng.choice([-60, -1, 0, 15, 45]))
 
 
 @dataclass
@@ -151,6 +190,24 @@ TABLES: tuple[TableSpec, ...] = (
         },
         (1, 120),
         40,
+    ),
+)
+
+# tables whose rows come from a random stream of their own (added after the tables above: the
+# queries over those see the same rows as before)
+OWN_STREAM_TABLES: tuple[TableSpec, ...] = (
+    TableSpec(
+        "events",
+        ("id", "customer_id", "at", "day", "wall", "kind"),
+        {
+            "customer_id": lambda r: _maybe(r, r.randint(1, 26)),
+            "at": lambda r: _maybe(r, _event_at(r)),
+            "day": lambda r: _maybe(r, _event_at(r).date()),
+            "wall": lambda r: _maybe(r, _event_wall(r)),
+            "kind": lambda r: _maybe(r, r.choice(["click", "view", "buy"])),
+        },
+        (1, 40),
+        24,
     ),
 )
 
@@ -265,6 +322,9 @@ def _norm_value(v: Any, kind: TypeKind) -> Any:
         return float(f"{v:.8e}")  # a hashable key; close calls are resolved by _match_floats
     if kind is TypeKind.NUMERIC and isinstance(v, Decimal):
         return v.normalize() if v.is_finite() else v
+    if kind is TypeKind.TIMESTAMPTZ and isinstance(v, datetime.datetime):
+        # an aware datetime in a repeated hour never equals one of another zone (PEP 495)
+        return v.astimezone(_UTC)
     return v
 
 
@@ -367,14 +427,17 @@ def run_oracle(
     batches (state must survive a restart). Raises ``OracleMismatch``; returns an ``OracleReport``.
     """
     rng = random.Random(seed)
+    own_rng = random.Random(seed + 1)
     with conn.cursor() as cur:
         cur.execute(DDL)
-    specs = {s.name: s for s in TABLES}
+    specs = {s.name: s for s in TABLES + OWN_STREAM_TABLES}
     catalog = catalog_from_postgres(conn, list(specs))
-    view = plan_view(sql, catalog)
+    time_zone = conn.execute("SHOW TimeZone").fetchone()[0]
+    view = plan_view(sql, catalog, time_zone)
     _check_schema(conn, view, sql, seed)
     kinds = [t.kind for t in view.output_types]
     models = {s.name: TableModel(s, rng) for s in TABLES}
+    own_models = {s.name: TableModel(s, own_rng) for s in OWN_STREAM_TABLES}
     report = OracleReport(sql, seed)
 
     store = StateStore(state_dir)
@@ -393,7 +456,7 @@ def run_oracle(
                         if rng.random() < 0.02:
                             m.delete_all(cur, diffs[name])
                     for _ in range(rng.randint(changes // 2, changes)):
-                        m = models[rng.choice(list(specs))]
+                        m = models[rng.choice(list(models))]
                         op = rng.random()
                         # tables refill after a whole-table delete: inserts win while they are small
                         if op < (0.7 if len(m.rows) < m.spec.initial // 2 else 0.35):
@@ -402,6 +465,7 @@ def run_oracle(
                             m.update(cur, diffs[m.spec.name])
                         else:
                             m.delete(cur, diffs[m.spec.name])
+                _own_stream_changes(own_models, own_rng, t, changes, cur, diffs)
             df = physical.dataflow
             for input_name, cols in physical.inputs.items():
                 table = input_name.split(".", 1)[1]
@@ -425,6 +489,27 @@ def run_oracle(
         store.close()
     report.final_rows = sum(sink.rows.values())
     return report
+
+
+def _own_stream_changes(
+    models: dict[str, TableModel], rng: random.Random, t: int, changes: int, cur, diffs: dict
+) -> None:
+    """The changes of the tables with a random stream of their own, in batch ``t``."""
+    for name, m in models.items():
+        if t == 1:
+            for _ in range(m.spec.initial):
+                m.insert(cur, diffs[name])
+            continue
+        if rng.random() < 0.03:
+            m.delete_all(cur, diffs[name])
+        for _ in range(rng.randint(changes // 4, changes // 2)):
+            op = rng.random()
+            if op < (0.7 if len(m.rows) < m.spec.initial // 2 else 0.4):
+                m.insert(cur, diffs[name])
+            elif op < 0.75:
+                m.update(cur, diffs[name])
+            else:
+                m.delete(cur, diffs[name])
 
 
 def _compare(

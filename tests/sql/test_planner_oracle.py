@@ -784,6 +784,62 @@ QUERIES = [
         "round(o.amount * 1.2, 1) AS gross FROM orders o",
         id="mix-arithmetic-nullif-round",
     ),
+    # -- timestamptz and the TimeZone (the oracle's database runs in America/New_York) -----------
+    Q(
+        "SELECT id, at::date AS d, at::timestamp AS lt, date_trunc('day', at) AS dd, "
+        "date_trunc('month', day) AS m, extract(hour FROM at) AS h, date_part('epoch', day) AS ep, "
+        "wall::timestamptz AS wz, day::timestamptz AS dz FROM events",
+        id="tz-casts-trunc-extract",
+    ),
+    Q(
+        "SELECT id, date_trunc('hour', at) AS h, date_trunc('week', at) AS w, "
+        "date_trunc('quarter', at) AS q, date_trunc('year', day) AS y, "
+        "date_trunc('day', at, 'Asia/Kolkata') AS k, date_trunc('month', wall) AS wm FROM events",
+        id="tz-date-trunc-units",
+    ),
+    Q(
+        "SELECT id, at + interval '1 day' AS tomorrow, at - interval '1 month' AS last_month, "
+        "at + interval '2 hours' AS later, at + interval '1 mon 1 day 30 minutes' AS mix, "
+        "at - day AS since, at - at AS zero FROM events",
+        id="tz-interval-arithmetic",
+    ),
+    Q(
+        "SELECT id, extract(dow FROM at) AS dow, extract(timezone FROM at) AS tz, "
+        "extract(epoch FROM at) AS ep, date_part('week', at) AS w, extract(doy FROM at) AS doy, "
+        "at::text AS txt, extract(timezone_hour FROM at) AS tzh FROM events",
+        id="tz-extract-fields-text",
+    ),
+    Q(
+        "SELECT id, at AT TIME ZONE 'Europe/Paris' AS paris, wall AT TIME ZONE 'UTC' AS wu, "
+        "(at AT TIME ZONE 'UTC')::date AS utc_day FROM events",
+        id="tz-at-time-zone",
+    ),
+    Q(
+        "SELECT date_trunc('month', at) AS month, count(*) AS n, min(at) AS first, "
+        "max(day) AS last_day FROM events GROUP BY date_trunc('month', at)",
+        id="tz-group-by-month",
+    ),
+    Q(
+        "SELECT date_trunc('day', day) AS d, kind, count(*) AS n FROM events "
+        "GROUP BY date_trunc('day', day), kind HAVING count(*) > 1",
+        id="tz-group-by-date-trunc-of-date",
+    ),
+    Q(
+        "SELECT id, kind FROM events WHERE at >= '2024-03-10' AND at < DATE '2024-03-11' "
+        "OR at::date = day OR wall > at",
+        id="tz-filters",
+    ),
+    Q(
+        "SELECT e.id, o.id AS order_id FROM events e JOIN orders o ON o.created = e.at::date "
+        "AND o.customer_id = e.customer_id",
+        id="tz-join-on-local-date",
+    ),
+    Q(
+        "SELECT id, at::time AS t, GREATEST(at, day) AS g, LEAST(wall, at) AS l, "
+        "CASE WHEN kind = 'buy' THEN at ELSE day END AS c, at AT TIME ZONE 'GMT' AS gmt "
+        "FROM events UNION ALL SELECT id, NULL::time, day, wall, wall AS w2, wall AS w3 FROM events",
+        id="tz-mixed-types",
+    ),
     Q(
         "SELECT x.customer_id, x.first_amount FROM (SELECT customer_id, first_value(amount) "
         "OVER (PARTITION BY customer_id ORDER BY created, id) AS first_amount, row_number() "
@@ -836,9 +892,15 @@ QUERIES = [
 ]
 
 
+# the oracle's database evaluates in a zone with DST (the events table's rows cross its changes)
+ORACLE_TIME_ZONE = "America/New_York"
+
+
 @pytest.fixture(scope="module")
 def oracle_dsn(pg_server):
     name = pg_server.create_database("oracle")
+    with pg_server.connect(name, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} SET TimeZone = '{ORACLE_TIME_ZONE}'")
     try:
         yield pg_server.dsn_for(name)
     finally:
@@ -868,8 +930,8 @@ def test_oracle_catches_a_wrong_view(oracle_conn, tmp_path, monkeypatch):
 
     real = oracle.plan_view
 
-    def off_by_one(sql, catalog):
-        return real(sql.replace("qty > 2", "qty >= 2"), catalog)
+    def off_by_one(sql, catalog, time_zone=None):
+        return real(sql.replace("qty > 2", "qty >= 2"), catalog, time_zone)
 
     monkeypatch.setattr(oracle, "plan_view", off_by_one)
     sql = "SELECT id, amount FROM orders WHERE qty > 2"
@@ -883,7 +945,9 @@ def test_oracle_catches_a_missing_error(oracle_conn, tmp_path, monkeypatch):
 
     real = oracle.plan_view
     monkeypatch.setattr(
-        oracle, "plan_view", lambda sql, cat: real(sql.replace("/ qty", "/ NULLIF(qty, 0)"), cat)
+        oracle,
+        "plan_view",
+        lambda sql, cat, tz=None: real(sql.replace("/ qty", "/ NULLIF(qty, 0)"), cat, tz),
     )
     sql = "SELECT id, 100 / qty AS per FROM orders"
     with pytest.raises(oracle.OracleMismatch, match="Postgres fails"):

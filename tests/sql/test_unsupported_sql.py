@@ -1,5 +1,7 @@
 """What the planner refuses: each bad view raises ``UnsupportedSQL`` naming the problem and,
-where the parser recorded one, its position ("line L, column C" of the offending token)."""
+where the parser recorded one, its position ("line L, column C" of the offending token).
+
+Views are planned under TimeZone Europe/Paris, as a creating session would give them."""
 
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ CATALOG = DictCatalog(
             "status": "text",
             "created": "date",
         },
+        "events": {"id": "int not null", "at": "timestamptz", "every": "interval", "z": "text"},
     }
 )
+TIME_ZONE = "Europe/Paris"
 
 B = pytest.param
 
@@ -419,13 +423,62 @@ BAD = [
         "line 1, column 8",
         id="system-column-ctid",
     ),
+    # -- time zones (docs/sql.md "Time zones") ----------------------------------------------------
+    B(
+        "SELECT id, at + every AS later FROM events",
+        ["timestamptz + an interval that is not a literal", "'1 day' from '24 hours'"],
+        "line 1, column 13",
+        id="tz-plus-interval-column",
+    ),
+    B(
+        "SELECT at AT TIME ZONE 'EST' FROM events",
+        ["time zone 'EST' as AT TIME ZONE", "full IANA zone name"],
+        "line 1",
+        id="tz-abbreviation",
+    ),
+    B(
+        "SELECT at AT TIME ZONE z FROM events",
+        ["AT TIME ZONE given by anything but a zone name literal"],
+        "line 1",
+        id="tz-zone-column",
+    ),
+    B(
+        "SELECT at AT TIME ZONE INTERVAL '-05:00' FROM events",
+        ["AT TIME ZONE given by anything but a zone name literal"],
+        "line 1",
+        id="tz-zone-interval",
+    ),
+    B(
+        "SELECT at - (interval '1 day' + interval '2 hours') FROM events",
+        ["timestamptz - an interval that is not a literal"],
+        "line 1",
+        id="tz-minus-computed-interval",
+    ),
+    B(
+        "SELECT date_trunc('day', at, 'Mars/Olympus') FROM events",
+        ['time zone "Mars/Olympus" not recognized'],
+        "line 1",
+        id="tz-unknown-zone",
+    ),
+    B(
+        "SELECT date_trunc('month', '2024-01-05') FROM events",
+        ["function date_trunc(unknown, unknown) is not unique", "explicit cast"],
+        "line 1",
+        id="date-trunc-untyped-literal",
+    ),
+    B(
+        "SELECT extract(day FROM '2024-01-05') FROM events",
+        ["function extract is not unique"],
+        "line 1",
+        id="extract-untyped-literal",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("sql", "fragments", "where"), BAD)
 def test_refused_with_a_clear_message(sql, fragments, where):
     with pytest.raises(UnsupportedSQL) as info:
-        plan_view(sql, CATALOG)
+        plan_view(sql, CATALOG, TIME_ZONE)
     msg = str(info.value)
     for fragment in fragments:
         assert fragment in msg, f"{fragment!r} not in {msg!r}"
