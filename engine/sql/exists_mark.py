@@ -8,7 +8,8 @@ equalities, and the EXISTS becomes ``mark IS NOT NULL``. The keys are distinct, 
 row meets at most one of them and keeps its multiplicity; a NULL outer key matches nothing,
 which makes the EXISTS false, as in Postgres. So the correlation must be a conjunction of
 equalities between an outer expression and an inner column; anything else is refused with
-its position. This module only builds plans.
+its position. An uncorrelated EXISTS is the same value for every outer row: the subquery's row
+count, CROSS JOINed (``uncorrelated_exists``). This module only builds plans.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def exists_mark(builder, node: exp.Exists, plan: LogicalPlan) -> tuple[LogicalPl
     from engine.sql.plan_builder import and_all, conjuncts, qualifiers
 
     right, cond = builder.exists_subquery(node, plan)
+    if cond is None:
+        return builder.uncorrelated_exists(right, plan)
     inner = right.alias
     pairs: list[tuple[exp.Expression, exp.Expression]] = []
     for c in conjuncts(cond):

@@ -556,6 +556,9 @@ class _Builder:
         kind, node = self._subquery_predicate(c)  # type: ignore[misc]
         if kind in ("semi", "anti"):
             right, cond = self.exists_subquery(node, plan)
+            if cond is None:
+                plan, value = self.uncorrelated_exists(right, plan)
+                return lp.Filter(plan, value if kind == "semi" else exp.Not(this=value))
             return lp.Join(plan, right, kind, cond)
         query = node.args["query"]
         sub = query.this if isinstance(query, exp.Subquery) else query
@@ -573,20 +576,28 @@ class _Builder:
 
     def exists_subquery(
         self, node: exp.Exists, plan: LogicalPlan
-    ) -> tuple[LogicalPlan, exp.Expression]:
+    ) -> tuple[LogicalPlan, exp.Expression | None]:
         """The plan of an EXISTS' subquery (FROM and local WHERE) and its correlation with
-        ``plan`` as a join condition; refuses set operations and uncorrelated subqueries."""
+        ``plan`` as a join condition (None: uncorrelated); refuses set operations."""
         sub = node.this.this if isinstance(node.this, exp.Subquery) else node.this
         if not isinstance(sub, exp.Select):
             raise unsupported(node, "EXISTS over a set operation is not supported")
-        right, cond = self._correlated(sub, plan.fields)
-        if cond is None:
-            raise unsupported(
-                node,
-                "an uncorrelated EXISTS is not supported",
-                "Correlate it with the outer query, or use a join",
-            )
-        return right, cond
+        return self._correlated(sub, plan.fields)
+
+    def uncorrelated_exists(
+        self, right: LogicalPlan, plan: LogicalPlan
+    ) -> tuple[LogicalPlan, exp.Expression]:
+        """``plan`` CROSS JOIN the one-row count of an uncorrelated EXISTS' subquery ``right``,
+        and the EXISTS' value (the count is > 0): every outer row sees the same answer."""
+        alias = f"__exn{next(self._names)}"
+        counts = lp.Aggregate(
+            right,
+            (),
+            (exp.Count(this=exp.Star()),),
+            (Field(None, "n", aggregate_type("count_star", None), False),),
+        )
+        value = exp.GT(this=lp.column("n", alias), expression=exp.Literal.number(0))
+        return lp.Join(plan, lp.SubqueryAlias(counts, alias), "cross"), exp.Paren(this=value)
 
     def outer_references(self, sub: exp.Expression) -> list[exp.Column]:
         """The columns of ``sub`` that name a table outside it (a correlated subquery)."""

@@ -869,6 +869,25 @@ QUERIES = [
         id="agg-array-agg-global-filter",
     ),
     Q(
+        "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers WHERE id = 3 "
+        "AND segment = 'c') OR NOT EXISTS (SELECT 1 FROM products WHERE id = 2 "
+        "AND category = 'misc')",
+        id="subquery-uncorrelated-exists",
+    ),
+    Q(
+        "SELECT c.id, EXISTS (SELECT 1 FROM orders WHERE id = 4 AND qty > 3) AS any_big, "
+        "CASE WHEN c.score > 50 OR EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id "
+        "AND EXISTS (SELECT 1 FROM products p WHERE p.price = o.amount)) THEN 'x' END AS tag "
+        "FROM customers c",
+        id="subquery-uncorrelated-and-nested-exists",
+    ),
+    Q(
+        "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers WHERE id = 5 "
+        "AND region = 'north') AND NOT EXISTS (SELECT 1 FROM products WHERE id = 1 "
+        "AND price > 50)",
+        id="subquery-uncorrelated-semi-anti",
+    ),
+    Q(
         "SELECT id FROM orders WHERE status = 'new' OR customer_id IN "
         "(SELECT id FROM customers WHERE segment = 'a')",
         id="subquery-in-under-or",

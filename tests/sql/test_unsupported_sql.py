@@ -362,12 +362,6 @@ BAD = [
         id="correlated-in-subquery-under-or",
     ),
     B(
-        "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers)",
-        ["uncorrelated EXISTS"],
-        "line 1",
-        id="uncorrelated-exists",
-    ),
-    B(
         "SELECT id, (SELECT max(amount) + 1 FROM orders o2 WHERE o2.id = o.id) AS a FROM orders o",
         ["correlated scalar subquery", "single aggregate call or an expression without"],
         "line 1, column 20",  # the subquery's first positioned node (keywords carry none)
