@@ -27,7 +27,64 @@ OFFSET = ("lag", "lead")
 VALUE = ("first_value", "last_value", "nth_value")  # a row of the frame's value
 AGGREGATES = ("sum", "count", "count_star", "avg", "min", "max")
 KINDS = RANKING + OFFSET + VALUE + AGGREGATES
+Groups = list[tuple[int, int]]
 _NO_ARG = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "count_star")
+
+
+FRAMED = VALUE + AGGREGATES  # the functions a frame clause applies to
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A frame clause other than the default: ``mode`` rows or groups (RANGE with only
+    UNBOUNDED/CURRENT ROW bounds is groups with no offsets); each bound is ``unbounded``,
+    ``preceding``, ``current`` or ``following``, the last two with an offset.
+
+    >>> Frame("rows", "preceding", 2, "current").describe()
+    'ROWS BETWEEN 2 PRECEDING AND CURRENT ROW'
+    """
+
+    mode: str
+    start: str
+    start_n: int = 0
+    end: str = "current"
+    end_n: int = 0
+
+    def describe(self) -> str:
+        def bound(kind: str, n: int, unbounded: str) -> str:
+            if kind == "unbounded":
+                return f"UNBOUNDED {unbounded}"
+            if kind == "current":
+                return "CURRENT ROW"
+            return f"{n} {kind.upper()}"
+
+        return (
+            f"{self.mode.upper()} BETWEEN {bound(self.start, self.start_n, 'PRECEDING')} "
+            f"AND {bound(self.end, self.end_n, 'FOLLOWING')}"
+        )
+
+    def bounds(self, n: int, groups: Groups) -> list[tuple[int, int]]:
+        """Each row's frame as [lo, hi) row indexes (lo >= hi: empty)."""
+        out: list[tuple[int, int]] = []
+        for gi, (s, e) in enumerate(groups):
+            for p in range(s, e):
+                out.append((self._edge(self.start, self.start_n, p, gi, n, groups, True),
+                            self._edge(self.end, self.end_n, p, gi, n, groups, False)))  # fmt: skip
+        return out
+
+    def _edge(self, kind: str, k: int, p: int, gi: int, n: int, groups: Groups, start: bool) -> int:
+        if kind == "unbounded":
+            return 0 if start else n
+        step = -k if kind == "preceding" else k if kind == "following" else 0
+        if self.mode == "rows":
+            q = p + step
+            return max(0, min(n, q if start else q + 1))
+        g = gi + step  # groups: whole peer groups
+        if g < 0:
+            return 0
+        if g >= len(groups):
+            return n
+        return groups[g][0] if start else groups[g][1]
 
 
 @dataclass(frozen=True)
@@ -43,6 +100,7 @@ class WindowFunction:
     arg: int | None = None
     offset: int = 1
     default: Any = None
+    frame: Frame | None = None  # None: the default frame
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -56,8 +114,14 @@ class WindowFunction:
                 )
         elif self.arg is None:
             raise ValueError(f"window function {self.kind} needs an argument column (arg=...)")
+        if self.frame is not None and self.kind not in FRAMED:
+            raise ValueError(f"window function {self.kind} takes no frame")
 
     def describe(self) -> str:
+        text = self._call()
+        return text if self.frame is None else f"{text} {self.frame.describe()}"
+
+    def _call(self) -> str:
         if self.kind == "count_star":
             return "count(*)"
         if self.kind == "ntile":
@@ -72,7 +136,6 @@ class WindowFunction:
 
 
 # -- evaluation -----------------------------------------------------------------------------------
-Groups = list[tuple[int, int]]
 
 
 def window_columns(
@@ -89,6 +152,8 @@ def window_columns(
 def _column(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]:
     n = len(rows)
     kind = f.kind
+    if f.frame is not None:
+        return _framed(rows, f.frame.bounds(n, groups), f)
     if kind == "row_number":
         return list(range(1, n + 1))
     if kind in ("rank", "dense_rank"):
@@ -120,45 +185,88 @@ def _column(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]
     return _running_aggregate(rows, groups, f)
 
 
+class _Accumulator:
+    """One aggregate over rows added in frame order (NULLs skipped)."""
+
+    def __init__(self, kind: str, arg: int | None) -> None:
+        self.kind, self.arg = kind, arg
+        self.rows = 0
+        self.count = 0
+        self.total: Any = None
+
+    def add(self, row: Row) -> None:
+        self.rows += 1
+        if self.kind == "count_star":
+            return
+        v = row[self.arg]
+        if v is None:
+            return
+        self.count += 1
+        total, kind = self.total, self.kind
+        if total is None:
+            self.total = v
+        elif kind in ("sum", "avg"):
+            self.total = total + v
+        elif kind == "min":  # NaN sorts above every number, as in Postgres
+            if total != total or (v == v and v < total):
+                self.total = v
+        elif kind == "max" and (v != v or (total == total and v > total)):
+            self.total = v
+
+    def value(self) -> Any:
+        kind, total = self.kind, self.total
+        if kind == "count_star":
+            return self.rows
+        if kind == "count":
+            return self.count
+        if kind == "avg" and total is not None:
+            total = (
+                total / self.count
+                if isinstance(total, float)
+                else pg_numeric_div(total, self.count)
+            )
+        if total != total:  # NaN: the shared object, equal to the last output's
+            total = canonical_value(total)
+        return total
+
+
 def _running_aggregate(rows: Sequence[Row], groups: Groups, f: WindowFunction) -> list[Any]:
     """The aggregate over each row's frame: every row up to the end of its peer group."""
-    kind = f.kind
-    a = f.arg
+    acc = _Accumulator(f.kind, f.arg)
     out: list[Any] = []
-    total: Any = None
-    count = 0
     with localcontext() as ctx:
         ctx.prec = 1000  # numeric sums are exact in Postgres; Python's default is 28 digits
         for s, e in groups:
-            if kind == "count_star":
-                value: Any = e
+            for p in range(s, e):
+                acc.add(rows[p])
+            out.extend([acc.value()] * (e - s))
+    return out
+
+
+def _framed(rows: Sequence[Row], bounds: list[tuple[int, int]], f: WindowFunction) -> list[Any]:
+    """``f`` over each row's frame [lo, hi). Aggregates extend the last frame when it only grew
+    at its end (running frames), else start over from the frame's first row, adding rows in
+    frame order as Postgres does for aggregates without an inverse (float sums round alike)."""
+    kind, a = f.kind, f.arg
+    if kind in VALUE:
+        m = f.offset - 1 if kind == "nth_value" else 0
+        out: list[Any] = []
+        for lo, hi in bounds:
+            if kind == "last_value":
+                out.append(rows[hi - 1][a] if hi > lo else None)
             else:
-                for p in range(s, e):
-                    v = rows[p][a]
-                    if v is None:
-                        continue
-                    count += 1
-                    if total is None:
-                        total = v
-                    elif kind in ("sum", "avg"):
-                        total = total + v
-                    elif kind == "min":  # NaN sorts above every number, as in Postgres
-                        if total != total or (v == v and v < total):
-                            total = v
-                    elif kind == "max" and (v != v or (total == total and v > total)):
-                        total = v
-                if kind == "count":
-                    value = count
-                elif kind == "avg":
-                    if total is None:
-                        value = None
-                    elif isinstance(total, float):
-                        value = total / count
-                    else:
-                        value = pg_numeric_div(total, count)
-                else:
-                    value = total
-                if value != value:  # NaN: the shared object, equal to the last output's
-                    value = canonical_value(value)
-            out.extend([value] * (e - s))
+                out.append(rows[lo + m][a] if lo + m < hi else None)
+        return out
+    out = []
+    acc: _Accumulator | None = None
+    last = (0, 0)
+    with localcontext() as ctx:
+        ctx.prec = 1000
+        for lo, hi in bounds:
+            if acc is None or lo != last[0] or hi < last[1]:
+                acc, last = _Accumulator(kind, a), (lo, lo)
+            for p in range(last[1], hi):
+                acc.add(rows[p])
+            last = (lo, max(hi, last[1]))
+            out.append(acc.value())
     return out

@@ -12,10 +12,12 @@ module must not build plans.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sqlglot import exp
 
+from engine.dataflow.window_functions import FRAMED, Frame
 from engine.sql.logical_plan import SortKey
 from engine.sql.parse import unsupported
 
@@ -172,6 +174,7 @@ class WindowCall:
     default: exp.Expression | None = None
     partition_by: tuple[exp.Expression, ...] = ()
     order_by: tuple[SortKey, ...] = ()
+    frame: Frame | None = None  # per function: calls of one window may differ
 
     @property
     def spec(self) -> tuple[str, ...]:
@@ -183,24 +186,75 @@ class WindowCall:
         )
 
 
-_DEFAULT_FRAME = ("range", "UNBOUNDED", "preceding", "CURRENT ROW")
+_DEFAULT_FRAME = Frame("groups", "unbounded", 0, "current", 0)
+
+
+def _bound(spec: exp.WindowSpec, which: str) -> tuple[str, int]:
+    value, side = spec.args.get(which), (spec.args.get(f"{which}_side") or "").lower()
+    if value is None:  # "ROWS 3 PRECEDING": the end is the current row
+        return "current", 0
+    if isinstance(value, str):
+        if value.upper() == "CURRENT ROW":
+            return "current", 0
+        if value.upper() == "UNBOUNDED":
+            if (which == "start") != (side == "preceding"):
+                raise unsupported(spec, f"frame {which} cannot be UNBOUNDED {side.upper()}", None)
+            return "unbounded", 0
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return side, int(value.this)
+    raise unsupported(spec, "a frame offset must be a non-negative integer constant")
+
+
+def window_frame(spec: exp.WindowSpec | None, node: exp.Expression) -> Frame | None:
+    """The frame clause of a window, or None for the default frame (RANGE UNBOUNDED PRECEDING,
+    without ORDER BY the whole partition). ROWS and GROUPS take any bounds; RANGE only
+    UNBOUNDED and CURRENT ROW (an offset needs arithmetic on the ORDER BY value)."""
+    if spec is None or not spec.args.get("kind"):
+        return None
+    if spec.args.get("exclude") is not None:
+        raise unsupported(spec, "a frame EXCLUDE clause is not supported")
+    mode = spec.args["kind"].lower()
+    (start, start_n), (end, end_n) = _bound(spec, "start"), _bound(spec, "end")
+    if mode == "range":
+        if (
+            start_n
+            or end_n
+            or start in ("preceding", "following")
+            or end
+            in (
+                "preceding",
+                "following",
+            )
+        ):
+            raise unsupported(
+                spec,
+                "RANGE frames with an offset are not supported",
+                "Use ROWS or GROUPS, or UNBOUNDED/CURRENT ROW bounds",
+            )
+        mode = "groups"
+    order = ("preceding", "current", "following")
+    if start in order and end in order and order.index(start) > order.index(end):
+        raise unsupported(spec, "the frame cannot end before it starts")
+    frame = Frame(mode, start, start_n, end, end_n)
+    return None if frame == _DEFAULT_FRAME else frame
 
 
 def window_call(node: exp.Window) -> WindowCall:
-    spec = node.args.get("spec")
-    if spec is not None:
-        frame = (
-            (spec.args.get("kind") or "").lower(),
-            str(spec.args.get("start")),
-            (spec.args.get("start_side") or "").lower(),
-            str(spec.args.get("end")),
+    call = _window_call(node)
+    frame = window_frame(node.args.get("spec"), node)
+    if frame is None or call.kind not in FRAMED:  # ranking, lag/lead: Postgres ignores it
+        return call
+    whole = frame.start == "unbounded" and frame.end == "unbounded"
+    if frame.mode == "rows" and not call.order_by and not whole:
+        raise unsupported(
+            node,
+            "a ROWS frame without ORDER BY depends on the order rows happen to be read in",
+            "Add an ORDER BY that makes the order unique",
         )
-        if frame != _DEFAULT_FRAME:
-            raise unsupported(
-                spec,
-                "window frames other than the default are not supported",
-                "Remove the frame clause",
-            )
+    return dataclasses.replace(call, frame=frame)
+
+
+def _window_call(node: exp.Window) -> WindowCall:
     if node.args.get("alias"):
         raise unsupported(
             node, "named windows (WINDOW w AS ...) are not supported", "Inline the window"

@@ -382,7 +382,7 @@ class _PhysicalPlanner:
                 default = compile_expressions([typed], []).fn([()])[0][0]
             funcs.append(
                 WindowFunction(
-                    c.kind, next(arg_pos) if c.arg is not None else None, c.offset, default
+                    c.kind, next(arg_pos) if c.arg is not None else None, c.offset, default, c.frame
                 )
             )
         node = self.df.add(

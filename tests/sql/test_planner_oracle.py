@@ -888,6 +888,26 @@ QUERIES = [
         id="subquery-uncorrelated-semi-anti",
     ),
     Q(
+        "SELECT id, sum(amount) OVER (PARTITION BY customer_id ORDER BY created, id ROWS "
+        "BETWEEN 2 PRECEDING AND CURRENT ROW) AS s3, avg(qty) OVER (PARTITION BY customer_id "
+        "ORDER BY created, id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS a, count(*) OVER "
+        "(PARTITION BY customer_id ORDER BY created, id ROWS BETWEEN CURRENT ROW AND UNBOUNDED "
+        "FOLLOWING) AS rest, sum(discount) OVER (PARTITION BY customer_id ORDER BY id ROWS 2 "
+        "PRECEDING) AS fsum, min(amount) OVER (ORDER BY id ROWS BETWEEN 3 FOLLOWING AND 5 "
+        "FOLLOWING) AS ahead FROM orders",
+        id="window-rows-frames",
+    ),
+    Q(
+        "SELECT id, max(amount) OVER (PARTITION BY status ORDER BY qty GROUPS BETWEEN 1 "
+        "PRECEDING AND CURRENT ROW) AS g, count(*) OVER (ORDER BY qty RANGE BETWEEN CURRENT ROW "
+        "AND UNBOUNDED FOLLOWING) AS tail, last_value(amount) OVER (PARTITION BY status ORDER BY "
+        "created, id RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lv, "
+        "nth_value(amount, 2) OVER (PARTITION BY customer_id ORDER BY id ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND UNBOUNDED FOLLOWING) AS second, sum(qty) OVER (PARTITION BY status "
+        "ORDER BY qty GROUPS BETWEEN 1 FOLLOWING AND 2 FOLLOWING) AS nxt FROM orders",
+        id="window-groups-range-frames",
+    ),
+    Q(
         "SELECT id FROM orders WHERE status = 'new' OR customer_id IN "
         "(SELECT id FROM customers WHERE segment = 'a')",
         id="subquery-in-under-or",

@@ -210,11 +210,24 @@ BAD = [
         id="distinct-on-limit",
     ),
     B(
-        "SELECT id, sum(amount) OVER (PARTITION BY customer_id ORDER BY id "
-        "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM orders",
-        ["window frames"],
+        "SELECT id, sum(amount) OVER (PARTITION BY customer_id ORDER BY amount "
+        "RANGE BETWEEN 10 PRECEDING AND CURRENT ROW) AS s FROM orders",
+        ["RANGE frames with an offset"],
         "line 1",
-        id="window-frame",
+        id="window-frame-range-offset",
+    ),
+    B(
+        "SELECT id, sum(amount) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING "
+        "EXCLUDE CURRENT ROW) AS s FROM orders",
+        ["EXCLUDE"],
+        "line 1",
+        id="window-frame-exclude",
+    ),
+    B(
+        "SELECT id, sum(amount) OVER (PARTITION BY customer_id ROWS 2 PRECEDING) AS s FROM orders",
+        ["ROWS frame without ORDER BY"],
+        "line 1",
+        id="window-rows-frame-without-order",
     ),
     B(
         "SELECT id, row_number() OVER w AS rn FROM orders WINDOW w AS (ORDER BY id)",
