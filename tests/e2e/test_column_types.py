@@ -100,9 +100,12 @@ def _row(rng: random.Random, k: int) -> tuple:
 
 
 INSERT = "INSERT INTO t VALUES (" + ", ".join(["%s"] * 14) + ")"
+INSERT_FIRST_KEY = 1
 
 
-def _round(conn: psycopg.Connection, rng: random.Random, keys: set[int], next_key: int) -> int:
+def random_round(
+    conn: psycopg.Connection, rng: random.Random, keys: set[int], next_key: int
+) -> int:
     with conn.transaction():
         for _ in range(rng.randint(3, 8)):
             op = rng.random()
@@ -136,20 +139,20 @@ def test_column_types_are_maintained_like_postgres(pg_dsn, tmp_path):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
         keys: set[int] = set()
-        next_key = 1
+        next_key = INSERT_FIRST_KEY
         for _ in range(4):
-            next_key = _round(conn, rng, keys, next_key)
+            next_key = random_round(conn, rng, keys, next_key)
         with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
             for name, sql in VIEWS.items():
                 eng.create_view(name, sql)
             _check(conn, "after population")
             for n in range(6):
-                next_key = _round(conn, rng, keys, next_key)
+                next_key = random_round(conn, rng, keys, next_key)
                 eng.catch_up()
                 _check(conn, f"after round {n}")
         with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:  # restart
             for n in range(4):
-                next_key = _round(conn, rng, keys, next_key)
+                next_key = random_round(conn, rng, keys, next_key)
                 eng.catch_up()
                 _check(conn, f"after restart, round {n}")
             phases = {r.name: r.phase for r in eng.list_views()}

@@ -161,3 +161,31 @@ def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
                 assert conn.execute("SELECT to_regclass('big_orders')").fetchone() == (None,)
                 assert conn.execute("SELECT count(*) FROM incview.views").fetchone() == (0,)
             assert not [q for q in spark.streams.active if "big_orders" in (q.name or "")]
+
+
+def test_column_types_on_spark(spark, pg_dsn, tmp_path):
+    """uuid, jsonb, arrays, bytea, inet, enums and domains through Spark population and the
+    streaming queries' CDC (tests/e2e/test_column_types.py runs them all on the local runner)."""
+    import random
+
+    from tests.e2e import test_column_types as types
+
+    views = {
+        n: types.VIEWS[n]
+        for n in ("all_cols", "group_many", "json_get", "array_index", "array_agg", "to_text")
+    }
+    rng = random.Random(19)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(types.DDL)
+        keys: set[int] = set()
+        next_key = types.INSERT_FIRST_KEY
+        for _ in range(3):
+            next_key = types.random_round(conn, rng, keys, next_key)
+        with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
+            for name, sql in views.items():
+                eng.create_view(name, sql)
+            check(conn, views)
+            for _ in range(3):
+                next_key = types.random_round(conn, rng, keys, next_key)
+                eng.catch_up(120)
+                check(conn, views)
