@@ -27,7 +27,16 @@ from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field
 from engine.sql.parse import unsupported
-from engine.sql.types import BIGINT, INTEGER, NUMERIC, SqlType, TypeKind, common_type
+from engine.sql.types import (
+    BIGINT,
+    INTEGER,
+    NUMERIC,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    SqlType,
+    TypeKind,
+    common_type,
+)
 
 MAX_ROWS = 1_000_000  # a constant relation is held in memory and in the plan
 _LATERAL_HINT = "Use constants, or join the table to a constant relation and filter on the column"
@@ -193,6 +202,52 @@ def _unnest(node: exp.Unnest) -> tuple[list[tuple], list[SqlType]]:
 
 
 # -- generate_series ----------------------------------------------------------------------------
+# Postgres' generate_series over time: a date goes to timestamp with time zone (its preferred
+# type), so the series is evaluated in the view's TimeZone (engine.sql.time_zone)
+_TIME_SERIES = {
+    TypeKind.TIMESTAMP: TIMESTAMP,
+    TypeKind.TIMESTAMPTZ: TIMESTAMPTZ,
+    TypeKind.DATE: TIMESTAMPTZ,
+}
+
+
+def _is_interval(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Interval):
+        return True
+    return isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.INTERVAL)
+
+
+def _time_series(call: exp.Expression, args: list, target: SqlType) -> tuple[list, list]:
+    """``generate_series(start, stop, step interval)`` over timestamps: the step added again and
+    again (a month after Jan 31 is Feb 29, then Mar 29), as Postgres does."""
+    from engine.sql.expression_compiler import ColumnRef, compile_expressions
+
+    if len(args) != 3:
+        raise unsupported(call, "generate_series over timestamps needs an interval step")
+    bounds = [exp.Cast(this=a.copy(), to=exp.DataType.build(target.sql())) for a in args[:2]]
+    step = exp.Cast(this=args[2].copy(), to=exp.DataType.build("interval"))
+    start, stop = _evaluate(bounds, call, "generate_series")
+    if start is None or stop is None:
+        return [], [target]
+    plus = compile_expressions(
+        [exp.Add(this=exp.column("v"), expression=step)], [ColumnRef("v", None, target, False)]
+    ).fn
+    nxt = plus([(start,)])[0][0]
+    if nxt == start:
+        raise unsupported(call, "generate_series raises an error: step size cannot equal zero")
+    up = nxt > start
+    rows, v = [], start
+    while (v <= stop) if up else (v >= stop):
+        if len(rows) >= MAX_ROWS:
+            raise unsupported(
+                call,
+                f"generate_series makes more than {MAX_ROWS} rows (a constant relation's limit)",
+            )
+        rows.append((v,))
+        v = plus([(v,)])[0][0]
+    return rows, [target]
+
+
 _SERIES_TYPE = {
     TypeKind.SMALLINT: INTEGER,
     TypeKind.INTEGER: INTEGER,
@@ -210,6 +265,17 @@ def _series(node: exp.Table) -> tuple[list[tuple], list[SqlType]]:
         args.append(call.args["step"])
     for a in args:
         _check_constant(a, "generate_series")
+    if len(args) == 3 and _is_interval(args[2]):  # over time: the bounds' type decides
+        bound_types = [_literal_type(a, t) for a, t in zip(args[:2], _types(args[:2]), strict=True)]
+        c = common_type(bound_types)
+        time_target = _TIME_SERIES.get(c.kind) if c is not None else None
+        if time_target is None:
+            raise unsupported(
+                call,
+                f"generate_series over {' and '.join(sorted({str(t) for t in bound_types}))} "
+                "values with an interval step",
+            )
+        return _time_series(call, args, time_target)
     seen = [_literal_type(a, t) for a, t in zip(args, _types(args), strict=True)]
     common = common_type(seen)
     target = _SERIES_TYPE.get(common.kind) if common is not None else None

@@ -688,6 +688,23 @@ QUERIES = [
         id="const-series-numeric",
     ),
     Q(
+        "SELECT m.m, count(o.id) AS n FROM generate_series(timestamp '2024-01-31', "
+        "timestamp '2025-03-01', interval '1 month') AS m(m) LEFT JOIN orders o "
+        "ON date_trunc('month', o.created::timestamp) = date_trunc('month', m.m) GROUP BY m.m",
+        id="const-series-timestamps-months",
+    ),
+    Q(
+        "SELECT d.d, count(e.id) AS n FROM generate_series(date '2024-03-08', date '2024-03-12', "
+        "interval '12 hours') AS d(d) LEFT JOIN events e ON e.at >= d.d "
+        "AND e.at < d.d + interval '12 hours' GROUP BY d.d",
+        id="tz-const-series-over-dst",
+    ),
+    Q(
+        "SELECT s FROM generate_series(timestamptz '2024-11-04 00:00+00', "
+        "timestamptz '2024-11-02 00:00+00', interval '-5 hours') AS s",
+        id="tz-const-series-descending",
+    ),
+    Q(
         "SELECT u.x, p.name FROM unnest(ARRAY[1, 2, 3, NULL, 3]) AS u(x) "
         "LEFT JOIN products p ON p.id = u.x",
         id="const-unnest-left-join",

@@ -312,10 +312,10 @@ BAD = [
         id="series-step-zero",
     ),
     B(
-        "SELECT * FROM generate_series(DATE '2024-01-01', DATE '2024-02-01', interval '1 day') d",
-        ["generate_series over date and interval", "integer, bigint and numeric"],
+        "SELECT * FROM generate_series(true, false, interval '1 day') d",
+        ["generate_series over boolean values with an interval step"],
         "line 1, column 15",
-        id="series-dates",
+        id="series-booleans",
     ),
     B(
         "SELECT * FROM generate_series(1, 100000000) g",
