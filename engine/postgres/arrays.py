@@ -70,16 +70,27 @@ def _parse(s: str, pos: int, element: Parser) -> tuple[tuple, int]:
         raise ValueError(f"malformed array literal {s!r}")
 
 
-def array_literal(value: tuple, element_text: Callable[[Any], str]) -> str:
-    """The array input text of ``value`` (nested tuples); ``element_text`` gives an element's
-    input text."""
+_QUOTE = frozenset('{},"\\ \t\n\r\v\f')
+
+
+def format_array(value: tuple, element_text: Callable[[Any], str], always_quote: bool) -> str:
+    """``value`` (nested tuples) in Postgres' array text: NULL for None, ``element_text`` of the
+    others, quoted always or (as Postgres prints them) when empty, ``NULL`` or holding a
+    delimiter, brace, quote, backslash or blank."""
     parts = []
     for v in value:
         if v is None:
             parts.append("NULL")
         elif isinstance(v, tuple):
-            parts.append(array_literal(v, element_text))
+            parts.append(format_array(v, element_text, always_quote))
         else:
-            text = element_text(v).replace("\\", "\\\\").replace('"', '\\"')
-            parts.append(f'"{text}"')
+            t = element_text(v)
+            if always_quote or t == "" or t.upper() == "NULL" or any(ch in _QUOTE for ch in t):
+                t = '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            parts.append(t)
     return "{" + ",".join(parts) + "}"
+
+
+def array_literal(value: tuple, element_text: Callable[[Any], str]) -> str:
+    """The array input text of ``value`` the sink COPYs (every element quoted: any text is safe)."""
+    return format_array(value, element_text, always_quote=True)

@@ -137,11 +137,7 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
                 )
             return AggregateCall(kind, node.this, filt)
     if isinstance(node, exp.GroupConcat):
-        arg, order = node.this, None
-        if isinstance(arg, exp.Order):
-            arg, order = arg.this, arg
-        if isinstance(arg, exp.Distinct):
-            raise unsupported(node, "string_agg(DISTINCT ...) is not supported")
+        arg, order = _ordered_argument(node, "string_agg")
         sep = node.args.get("separator")
         if sep is not None and not (isinstance(sep, exp.Literal) and sep.is_string):
             raise unsupported(sep, "string_agg's separator must be a string constant")
@@ -149,11 +145,7 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
             "string_agg", arg, filt, sep.this if sep is not None else ",", sort_keys(order)
         )
     if isinstance(node, exp.ArrayAgg):
-        arg, order = node.this, None
-        if isinstance(arg, exp.Order):
-            arg, order = arg.this, arg
-        if isinstance(arg, exp.Distinct):
-            raise unsupported(node, "array_agg(DISTINCT ...) is not supported")
+        arg, order = _ordered_argument(node, "array_agg")
         return AggregateCall("array_agg", arg, filt, None, sort_keys(order))
     if isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_NAMES:
         kind = AGGREGATE_NAMES[node.name.lower()]
@@ -162,6 +154,16 @@ def aggregate_call(node: exp.Expression) -> AggregateCall:
         (arg,) = node.expressions
         return AggregateCall(kind, arg, filt)
     raise unsupported(node, "unsupported aggregate")
+
+
+def _ordered_argument(node: exp.Expression, kind: str) -> tuple[exp.Expression, exp.Order | None]:
+    """The argument of string_agg/array_agg and its ORDER BY; DISTINCT refused."""
+    arg, order = node.this, None
+    if isinstance(arg, exp.Order):
+        arg, order = arg.this, arg
+    if isinstance(arg, exp.Distinct):
+        raise unsupported(node, f"{kind}(DISTINCT ...) is not supported")
+    return arg, order
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from engine.dataflow.errs import EvalError
-from engine.postgres.arrays import array_parser
+from engine.postgres.arrays import array_parser, format_array
 
 
 def text_to_uuid(s: str) -> uuid.UUID:
@@ -71,29 +71,21 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)  # the last of duplicate keys wins, as in jsonb
 
 
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+}
+
+
 def _escape(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch < " ":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    """A JSON string as jsonb prints it: these escapes, other control characters as \\u00XX."""
+    out = [_JSON_ESCAPES.get(ch) or (f"\\u{ord(ch):04x}" if ch < " " else ch) for ch in s]
+    return '"' + "".join(out) + '"'
 
 
 def jsonb_out(v: Any) -> str:
@@ -205,23 +197,9 @@ def enum_input(name: str, labels: tuple[str, ...]) -> Callable[[str], str]:
 
 
 # -- arrays --------------------------------------------------------------------------------------
-_QUOTE = frozenset('{},"\\ \t\n\r\v\f')
-
-
 def array_text(value: tuple, element_text: Callable[[Any], str]) -> str:
-    """Postgres' array output of ``value`` (nested tuples)."""
-    parts = []
-    for v in value:
-        if v is None:
-            parts.append("NULL")
-        elif isinstance(v, tuple):
-            parts.append(array_text(v, element_text))
-        else:
-            t = element_text(v)
-            if t == "" or t.upper() == "NULL" or any(ch in _QUOTE for ch in t):
-                t = '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            parts.append(t)
-    return "{" + ",".join(parts) + "}"
+    """Postgres' array output of ``value`` (nested tuples): an element quoted only when needed."""
+    return format_array(value, element_text, always_quote=False)
 
 
 def text_to_array(element: Callable[[bytes], Any]) -> Callable[[str], tuple]:
