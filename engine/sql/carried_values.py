@@ -153,6 +153,71 @@ def jsonb_get(doc: str, key: str | int, as_text: bool) -> str | None:
     return jsonb_out(v)
 
 
+def _contains(a: Any, b: Any, top: bool) -> bool:
+    """jsonb ``a @> b``: objects by their keys' values, arrays by elements contained in some
+    element (order and duplicates do not matter); a top-level array contains a primitive."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and all(
+            k in a and _contains(a[k], v, False) for k, v in b.items()
+        )
+    if isinstance(a, list):
+        if isinstance(b, list):
+            return all(
+                any(_contains(x, y, False) for x in a)
+                if isinstance(y, (dict, list))
+                else any(_same_scalar(x, y) for x in a)
+                for y in b
+            )
+        return top and not isinstance(b, dict) and any(_same_scalar(x, b) for x in a)
+    return not isinstance(b, (dict, list)) and _same_scalar(a, b)
+
+
+def _same_scalar(x: Any, y: Any) -> bool:
+    if isinstance(x, (dict, list)) or isinstance(y, (dict, list)):
+        return False
+    if isinstance(x, _Number) and isinstance(y, _Number):
+        return Decimal(x) == Decimal(y)
+    if isinstance(x, _Number) or isinstance(y, _Number):
+        return False
+    return type(x) is type(y) and x == y
+
+
+def jsonb_contains(a: str, b: str) -> bool:
+    return _contains(_parse_json(a), _parse_json(b), True)
+
+
+def jsonb_has_key(doc: str, key: str) -> bool:
+    """``doc ? key``: a top-level key of an object, or a string element of a top-level array."""
+    v = _parse_json(doc)
+    if isinstance(v, dict):
+        return key in v
+    if isinstance(v, list):
+        return any(isinstance(x, str) and not isinstance(x, _Number) and x == key for x in v)
+    return isinstance(v, str) and not isinstance(v, _Number) and v == key
+
+
+def jsonb_typeof(doc: str) -> str:
+    v = _parse_json(doc)
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, _Number):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def jsonb_array_length(doc: str) -> int:
+    v = _parse_json(doc)
+    if isinstance(v, list):
+        return len(v)
+    if isinstance(v, dict):
+        raise EvalError("cannot get array length of a non-array")
+    raise EvalError("cannot get array length of a scalar")
+
+
 # -- inet / cidr -------------------------------------------------------------------------------
 def _address_text(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:

@@ -1604,6 +1604,36 @@ class _Compiler:
     def c_JSONExtractScalar(self, node: exp.JSONExtractScalar) -> _E:
         return self._json_get(node, as_text=True)
 
+    def _jsonb_operand(self, node: exp.Expression, e: exp.Expression) -> _E:
+        v = self.compile(e)
+        if v.type.kind is TypeKind.UNKNOWN:
+            v = self.cast(v, JSONB, node)
+        if v.type.kind is not TypeKind.JSONB:
+            raise _unsupported(node, f"{node.key} on {v.type}", "cast the value to jsonb")
+        return v
+
+    def c_ArrayContainsAll(self, node: exp.ArrayContainsAll) -> _E:  # jsonb @> jsonb
+        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        return self.call(CV.jsonb_contains, [a, b], BOOLEAN, raises=False)
+
+    def c_ArrayContainedBy(self, node: exp.ArrayContainedBy) -> _E:  # jsonb <@ jsonb
+        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        return self.call(CV.jsonb_contains, [b, a], BOOLEAN, raises=False)
+
+    def c_JSONBContainsTopKey(self, node: exp.JSONBContainsTopKey) -> _E:  # jsonb ? text
+        doc = self._jsonb_operand(node, node.this)
+        key = self.compile(node.expression)
+        if not (key.type.is_string or key.type.kind is TypeKind.UNKNOWN):
+            raise _unsupported(node, f"? with a {key.type} key")
+        return self.call(CV.jsonb_has_key, [doc, key], BOOLEAN, raises=False)
+
+    def _jsonb_function(self, node: exp.Anonymous, name: str) -> _E:
+        (arg,) = node.expressions
+        doc = self._jsonb_operand(node, arg)
+        if name == "jsonb_typeof":
+            return self.call(CV.jsonb_typeof, [doc], TEXT, raises=False)
+        return self.call(CV.jsonb_array_length, [doc], INTEGER, raises=True)
+
     def c_Bracket(self, node: exp.Bracket) -> _E:
         arr = self.compile(node.this)
         if arr.type.kind is not TypeKind.ARRAY:
@@ -1631,6 +1661,8 @@ class _Compiler:
         args = node.expressions
         if name == "cardinality" and len(args) == 1:
             return self._cardinality(node, args[0])
+        if name in ("jsonb_typeof", "jsonb_array_length") and len(args) == 1:
+            return self._jsonb_function(node, name)
         if name == F.RAISE_FUNCTION and len(args) == 2:  # written by the planner only
             like = self.compile(args[1])
             return _E(f"{self.helper(F.raise_error)}({args[0].this!r})", like.type, True, True)

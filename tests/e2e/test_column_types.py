@@ -39,6 +39,9 @@ VIEWS = {
     "net::text AS nt, a::text AS at, ta::text AS tat, b::text AS bt, ms::text AS mst FROM t",
     "json_get": "SELECT k, j ->> 'x' AS x, j -> 'y' AS y, j -> 1 AS second, j -> 'y' ->> 0 AS y0, "
     "j ->> 'w' AS w FROM t",
+    "json_ops": "SELECT k, j @> '{\"x\": 1}' AS has_x1, j ? 'y' AS has_y, jsonb_typeof(j) AS t, "
+    "CASE WHEN jsonb_typeof(j) = 'array' THEN jsonb_array_length(j) END AS n, "
+    "'[1, [1, 2]]' <@ j AS within FROM t",
     "json_eq": "SELECT k FROM t WHERE j = '{\"y\":[1, 2],  \"x\":1}' OR j ->> 'x' = '2'",
     "inet_eq": "SELECT k FROM t WHERE ip = '10.0.0.1/8' OR ip = '::1' OR net = '192.168.0.0/16'",
     "bytea_eq": "SELECT k, b = '\\x0102' AS is12 FROM t",

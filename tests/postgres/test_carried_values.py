@@ -77,3 +77,51 @@ def test_bad_literals_raise_postgres_messages():
     ]:
         with pytest.raises(EvalError):
             fn(bad)
+
+
+DOCS = [
+    '{"a": 1, "b": [1, 2, {"c": "x"}], "n": null}',
+    '[1, "a", [2, 3], {"k": true}]',
+    '"a"',
+    "1.50",
+    "null",
+    "[]",
+    "{}",
+]
+PROBES = [
+    '{"a": 1}',
+    '{"a": 1.0}',
+    '{"b": [2]}',
+    '{"b": [{"c": "x"}]}',
+    '{"n": null}',
+    "[1]",
+    '["a", 1]',
+    "[[3]]",
+    "[3]",
+    '"a"',
+    "1",
+    "1.5",
+    "{}",
+    "[]",
+    '[{"k": true}]',
+]
+
+
+def test_jsonb_containment_keys_and_functions_as_postgres(pg_conn):
+    docs = [CV.text_to_jsonb(d) for d in DOCS]
+    probes = [CV.text_to_jsonb(p) for p in PROBES]
+    for d in docs:
+        for p in probes:
+            (want,) = pg_conn.execute("SELECT %s::jsonb @> %s::jsonb", (d, p)).fetchone()
+            assert CV.jsonb_contains(d, p) is want, (d, p)
+        for key in ["a", "b", "k", "x", "1"]:
+            (want,) = pg_conn.execute("SELECT %s::jsonb ? %s", (d, key)).fetchone()
+            assert CV.jsonb_has_key(d, key) is want, (d, key)
+        (typ,) = pg_conn.execute("SELECT jsonb_typeof(%s::jsonb)", (d,)).fetchone()
+        assert CV.jsonb_typeof(d) == typ
+        if typ == "array":
+            (n,) = pg_conn.execute("SELECT jsonb_array_length(%s::jsonb)", (d,)).fetchone()
+            assert CV.jsonb_array_length(d) == n
+        else:
+            with pytest.raises(EvalError):
+                CV.jsonb_array_length(d)
