@@ -63,6 +63,7 @@ COPY_TYPES: dict[TypeKind, str] = {
     TypeKind.ENUM: "text",
     # these go by text COPY (``_TEXT_COPY``), parsed by the column's input function
     TypeKind.JSONB: "text",
+    TypeKind.JSON: "text",
     TypeKind.INET: "text",
     TypeKind.CIDR: "text",
     TypeKind.ARRAY: "text",
@@ -233,9 +234,19 @@ class ResultSink:
             sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
             for c, (_, t) in zip(cols, self.columns, strict=True)
         )
-        self._row_hash_index = sql.SQL("{}(ROW({}))").format(sql.SQL(_ROW_HASH), self._col_list)
+        # json has no equality nor hash: its text stands for it (incview carries it as text)
+        json = [t.kind is TypeKind.JSON for _, t in self.columns]
+
+        def cmp(prefix: str, c: sql.Composable, j: bool) -> sql.Composable:
+            return sql.SQL(prefix + "{}" + ("::text" if j else "")).format(c)
+
+        self._row_hash_index = sql.SQL("{}(ROW({}))").format(
+            sql.SQL(_ROW_HASH),
+            sql.SQL(", ").join(cmp("", c, j) for c, j in zip(cols, json, strict=True)),
+        )
         target_hash = sql.SQL("{}(ROW({}))").format(
-            sql.SQL(_ROW_HASH), sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in cols)
+            sql.SQL(_ROW_HASH),
+            sql.SQL(", ").join(cmp("t.", c, j) for c, j in zip(cols, json, strict=True)),
         )
         # the diff table's columns cast to the result table's base types (bigint -> integer,
         # text -> bpchar ...): the same per-type hash functions on both sides
@@ -243,12 +254,14 @@ class ResultSink:
             sql.SQL(_ROW_HASH),
             sql.SQL(", ").join(
                 sql.SQL("d.{}::{}").format(p, sql.SQL(_base_type_sql(t)))
+                if t.kind is not TypeKind.JSON
+                else sql.SQL("d.{}::text").format(p)
                 for p, (_, t) in zip(pos, self.columns, strict=True)
             ),
         )
         exact = [
-            sql.SQL("t.{} IS NOT DISTINCT FROM d.{}").format(c, p)
-            for c, p in zip(cols, pos, strict=True)
+            sql.SQL("{} IS NOT DISTINCT FROM {}").format(cmp("t.", c, j), cmp("d.", p, j))
+            for c, p, j in zip(cols, pos, json, strict=True)
         ]
         self._match = sql.SQL(" AND ").join(
             [sql.SQL("{} = {}").format(target_hash, diff_hash), *exact]

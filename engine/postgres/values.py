@@ -16,7 +16,6 @@ reader forces on the decoding session (``DateStyle=ISO``, ``IntervalStyle=postgr
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import uuid
 from collections.abc import Callable
@@ -203,10 +202,6 @@ def parse_bytea(data: bytes) -> bytes:
     return bytes.fromhex(_decode(data[2:]))
 
 
-def parse_json(data: bytes) -> Any:
-    return json.loads(data)
-
-
 def parse_uuid(data: bytes) -> uuid.UUID:
     return uuid.UUID(_decode(data))
 
@@ -221,7 +216,7 @@ _PARSERS: dict[int, Parser] = {
     INT4: int,
     TEXT: parse_text,
     OID: int,
-    JSON: parse_json,
+    JSON: parse_text,  # as written (json keeps its text; incview never compares it)
     FLOAT4: parse_float,
     FLOAT8: parse_float,
     BPCHAR: parse_bpchar,
@@ -317,6 +312,7 @@ _SQL_TYPES: dict[int, SqlType] = {
     UUID: sqltypes.UUID,
     BYTEA: sqltypes.BYTEA,
     JSONB: sqltypes.JSONB,
+    JSON: sqltypes.JSON,
     NAME: sqltypes.NAME,
 }
 

@@ -613,6 +613,10 @@ class _Compiler:
                 conv = self._cast_fn(TEXT, to.element, node)
                 element = conv[0] if conv else (lambda v: v)
                 return CV.text_to_array(lambda b: element(b.decode())), True
+        if s is TypeKind.JSON and t is TypeKind.JSONB:
+            return CV.text_to_jsonb, True
+        if s is TypeKind.JSONB and t is TypeKind.JSON:
+            return None  # jsonb's text is json text
         if s is TypeKind.DATE and t is TypeKind.TIMESTAMP:
             return F.date_to_ts, False
         if s is TypeKind.TIMESTAMP and t is TypeKind.DATE:
@@ -793,6 +797,11 @@ class _Compiler:
     def _compare_operands(self, a: _E, b: _E, node: exp.Expression) -> tuple[_E, _E]:
         ta, tb = a.type, b.type
         kinds = {ta.kind, tb.kind}
+        if TypeKind.JSON in kinds:
+            raise UnsupportedSQL(
+                f"operator does not exist: {ta} {_op_symbol(node)} {tb} {_where(node)}; "
+                "json has no comparison operators: cast it to jsonb"
+            )
         if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
             # character(n) semantics (Postgres' bpchar operators): trailing blanks do not count.
             # character(n) values arrive unpadded (engine.postgres.values.parse_bpchar); the

@@ -37,6 +37,7 @@ class TypeKind(enum.Enum):
     UUID = "uuid"
     BYTEA = "bytea"
     JSONB = "jsonb"
+    JSON = "json"  # carried as its text as written; no equality, as in Postgres
     INET = "inet"
     CIDR = "cidr"
     NAME = "name"
@@ -49,7 +50,7 @@ class TypeKind(enum.Enum):
 # Types whose values the engine carries as Postgres' text output (canonical for each: equal
 # values print equally) and reads with a ``::text`` cast: equality and hashing are exact, their
 # order is not the text's (refused where an order is needed).
-TEXT_CARRIED = frozenset({"jsonb", "inet", "cidr", "enum"})
+TEXT_CARRIED = frozenset({"jsonb", "json", "inet", "cidr", "enum"})
 
 
 _INTEGERS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
@@ -84,6 +85,7 @@ _PY_TYPES: dict[TypeKind, type] = {
     TypeKind.UUID: uuid.UUID,
     TypeKind.BYTEA: bytes,
     TypeKind.JSONB: str,
+    TypeKind.JSON: str,
     TypeKind.INET: str,
     TypeKind.CIDR: str,
     TypeKind.NAME: str,
@@ -195,6 +197,7 @@ TIME = SqlType(TypeKind.TIME)
 UUID = SqlType(TypeKind.UUID)
 BYTEA = SqlType(TypeKind.BYTEA)
 JSONB = SqlType(TypeKind.JSONB)
+JSON = SqlType(TypeKind.JSON)
 INET = SqlType(TypeKind.INET)
 CIDR = SqlType(TypeKind.CIDR)
 NAME = SqlType(TypeKind.NAME)
@@ -245,6 +248,7 @@ _NAMES: dict[str, SqlType] = {
     "uuid": UUID,
     "bytea": BYTEA,
     "jsonb": JSONB,
+    "json": JSON,
     "inet": INET,
     "cidr": CIDR,
     "name": NAME,

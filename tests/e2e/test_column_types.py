@@ -21,7 +21,7 @@ CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE DOMAIN posint AS int CHECK (VALUE > 0);
 CREATE TABLE t (
   k int PRIMARY KEY, u uuid, j jsonb, a int[], ta text[], b bytea, ip inet, net cidr,
-  m mood, d posint, nm name, tz timestamptz, ms mood[], pt point
+  m mood, d posint, nm name, tz timestamptz, ms mood[], pt point, js json
 );
 ALTER TABLE t REPLICA IDENTITY FULL;
 """
@@ -52,9 +52,11 @@ VIEWS = {
     "count(DISTINCT a) AS na FROM t",
     "array_agg": "SELECT m, array_agg(u ORDER BY k) AS us, array_agg(j ORDER BY k DESC) AS js, "
     "array_agg(ip ORDER BY k) FILTER (WHERE d > 1) AS ips FROM t GROUP BY m",
+    "json_cols": "SELECT k, js, js::jsonb AS jb, js::text AS jt, (js::jsonb) ->> 'a' AS a FROM t",
     "null_tests": "SELECT k, u IS NULL AS un, j IS NOT NULL AS jn, a IS NULL AS an FROM t",
 }
 
+RAW_JSONS = ['{"b":1,  "a":2, "a": 3}', "[1, 2 ]", '"x"', '{"y": [1.50, null]}', "3"]
 UUIDS = [
     "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
     "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12",
@@ -99,10 +101,11 @@ def _row(rng: random.Random, k: int) -> tuple:
         pick(TIMES),
         pick(MOOD_ARRAYS),
         pick(["(1,2)", "(0,0)"]),
+        pick(RAW_JSONS),
     )
 
 
-INSERT = "INSERT INTO t VALUES (" + ", ".join(["%s"] * 14) + ")"
+INSERT = "INSERT INTO t VALUES (" + ", ".join(["%s"] * 15) + ")"
 INSERT_FIRST_KEY = 1
 
 
@@ -121,7 +124,7 @@ def random_round(
                 new = _row(rng, k)
                 conn.execute(
                     "UPDATE t SET u = %s, j = %s, a = %s, ta = %s, b = %s, ip = %s, net = %s, "
-                    "m = %s, d = %s, nm = %s, tz = %s, ms = %s, pt = %s WHERE k = %s",
+                    "m = %s, d = %s, nm = %s, tz = %s, ms = %s, pt = %s, js = %s WHERE k = %s",
                     (*new[1:], k),
                 )
             else:
@@ -171,6 +174,7 @@ REFUSED = {
     "SELECT k, pt FROM t": "column pt has type point",
     "SELECT k FROM t WHERE m = 'angry'": 'invalid input value for enum public.mood: "angry"',
     "SELECT k FROM t WHERE j = '{bad'": "invalid input syntax for type json",
+    "SELECT k FROM t WHERE js = '[1, 2 ]'": "operator does not exist: json = ",
 }
 
 

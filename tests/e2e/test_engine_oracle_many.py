@@ -101,9 +101,13 @@ def diff_counts(conn: psycopg.Connection, name: str, query: str) -> tuple[int, i
     types = _columns(conn, "public", name)
     aliases = pgsql.SQL(", ").join(pgsql.Identifier(f"c{i}") for i in range(len(types)))
     items = pgsql.SQL(", ").join(
-        pgsql.SQL("round({}::numeric, 6)" if t in ("double precision", "real") else "{}").format(
-            pgsql.Identifier(f"c{i}")
-        )
+        pgsql.SQL(
+            "round({}::numeric, 6)"
+            if t in ("double precision", "real")
+            else "{}::text"  # json has no equality: its text stands for it
+            if t == "json"
+            else "{}"
+        ).format(pgsql.Identifier(f"c{i}"))
         for i, t in enumerate(types)
     )
     target = pgsql.SQL("SELECT {} FROM {} AS t({})").format(

@@ -289,7 +289,7 @@ def test_sql_type_for_typmods():
     assert values.sql_type_for(values.NUMERIC, -1) == sqltypes.NUMERIC
     assert values.sql_type_for(values.BPCHAR, 9).length == 5
     assert values.sql_type_for(values.UUID) == sqltypes.UUID
-    assert values.sql_type_for(values.JSON) is None  # json has no equality: not carried
+    assert values.sql_type_for(values.JSON) == sqltypes.JSON  # carried as its text
 
 
 def test_unknown_relation_and_message_kind():

@@ -29,8 +29,8 @@ CREATE SEQUENCE order_seq;
 CREATE VIEW pg_side_view AS SELECT id, amount FROM orders;
 CREATE MATERIALIZED VIEW pg_mat_view AS SELECT id FROM orders;
 CREATE TABLE no_identity (id int PRIMARY KEY, v int);
-CREATE TABLE with_json (id int PRIMARY KEY, doc json);
-ALTER TABLE with_json REPLICA IDENTITY FULL;
+CREATE TABLE with_point (id int PRIMARY KEY, doc point);
+ALTER TABLE with_point REPLICA IDENTITY FULL;
 CREATE TABLE odd_dates (id int PRIMARY KEY, d date);
 ALTER TABLE odd_dates REPLICA IDENTITY FULL;
 INSERT INTO odd_dates VALUES (1, '2024-01-01'), (2, 'infinity');
@@ -333,7 +333,7 @@ SQL_CASES = [
     # -- sources incview cannot read --------------------------------------------------------------
     B(N, "SELECT id FROM pg_mat_view", V, ["pg_mat_view", "is a materialized view"], id="matview"),
     B(N, "SELECT id FROM no_identity", V, ["REPLICA IDENTITY"], id="replica-identity"),
-    B(N, "SELECT id, doc FROM with_json", U, ["doc", "type json"], id="json"),
+    B(N, "SELECT id, doc FROM with_point", U, ["doc", "type point"], id="point"),
     # population fails after the publication got the table: it must be taken back out again
     B(N, "SELECT id, d FROM odd_dates", V, ["odd_dates"], id="population-fails"),
     B("newschema.bad_dates", "SELECT id, d FROM odd_dates", V, ["odd_dates"], id="pop-new-schema"),
