@@ -22,6 +22,7 @@ from typing import Any
 
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.numeric import pg_numeric_div
+from engine.pg_interval import interval_div
 
 KINDS = frozenset(
     {
@@ -275,8 +276,8 @@ def avg_result(acc: list | None) -> Any:
     if acc[NF]:
         return sum_result(acc) / n
     total = acc[TOTAL]
-    if not isinstance(total, (int, Decimal)):  # interval (timedelta)
-        return total / n
+    if not isinstance(total, (int, Decimal)):  # interval: Postgres' interval_div
+        return interval_div(total, n)
     scale = _max_scale(acc)
     if scale is not None:
         total = Decimal(total).quantize(Decimal((0, (1,), -scale)), context=EXACT)

@@ -13,6 +13,7 @@ about diffs.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import localcontext
@@ -21,6 +22,7 @@ from typing import Any
 from engine.dataflow.batch import Row
 from engine.dataflow.nan import canonical_value
 from engine.numeric import pg_numeric_div
+from engine.pg_interval import interval_div
 
 RANKING = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
 OFFSET = ("lag", "lead")
@@ -219,6 +221,8 @@ class _Accumulator:
             return self.rows
         if kind == "count":
             return self.count
+        if kind == "avg" and isinstance(total, datetime.timedelta):  # interval: Postgres' division
+            return interval_div(total, self.count)
         if kind == "avg" and total is not None:
             total = (
                 total / self.count

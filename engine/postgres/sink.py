@@ -32,7 +32,7 @@ from psycopg import sql
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
-from engine.postgres import values
+from engine.postgres import interval_dumpers, values
 from engine.postgres.arrays import array_literal
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
@@ -173,6 +173,7 @@ class ResultSink:
                 "column a distinct alias (SELECT ... AS name)"
             )
         self.conn = conn
+        interval_dumpers.register(conn)  # months, days and time apart (PgInterval)
         self.view = view
         self.schema = schema
         self.table = table

@@ -45,6 +45,7 @@ from psycopg.pq import Format, TransactionStatus
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
+from engine.pg_interval import PgInterval
 from engine.postgres import values
 from engine.postgres.cdc import PgSnapshot, current_snapshot
 from engine.postgres.sink import COPY_TYPES
@@ -71,6 +72,20 @@ class _Float8Loader(Loader):
     def load(self, data: Any) -> float:
         (v,) = _unpack_float8(data)
         return NAN if v != v else v
+
+
+_unpack_interval = struct.Struct("!qii").unpack  # microseconds, days, months
+
+
+class _IntervalLoader(Loader):
+    """Binary interval as ``PgInterval`` (months, days and time apart, as CDC decodes it;
+    psycopg's loader folds a month into 30 days)."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> PgInterval:
+        micros, days, months = _unpack_interval(data)
+        return PgInterval(months, days, micros)
 
 
 class _NumericLoader(Loader):
@@ -185,6 +200,7 @@ def _copy_rows(
             # NaN as the engine's one NaN object, as the CDC decoder gives it (values.parse_float)
             cur.adapters.register_loader("float8", _Float8Loader)
             cur.adapters.register_loader("numeric", _NumericLoader)
+            cur.adapters.register_loader("interval", _IntervalLoader)
             cur.execute(_LOCAL_SETTINGS)
             estimate = _row_estimate(cur, table) if progress is not None else None
             done = 0

@@ -3,7 +3,7 @@
 pgoutput sends column values in the type's text output format. ``parser_for(type_oid)`` returns
 one callable per type that turns those bytes into exactly what psycopg 3 would return when
 reading the same column (``int``, ``Decimal`` incl. NaN/Infinity, ``float`` incl. inf/nan,
-``str``, ``bool``, ``date``, naive/aware ``datetime``, ``time``, ``timedelta`` for interval), so
+``str``, ``bool``, ``date``, naive/aware ``datetime``, ``time``, ``PgInterval`` for interval), so
 rows from CDC compare equal to rows read by a query; a float or numeric NaN is the engine's one
 shared NaN object (``engine.dataflow.nan``), so rows holding it compare equal. The decoder resolves one parser per column
 once per Relation message, never per value. The parsers assume the session settings the CDC
@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 
 from engine.dataflow.nan import NAN, NUMERIC_NAN
+from engine.pg_interval import PgInterval
 from engine.postgres.arrays import array_parser
 from engine.sql import types as sqltypes
 from engine.sql.types import SqlType
@@ -168,20 +169,15 @@ _INTERVAL = re.compile(
 )
 
 
-def parse_interval(data: bytes) -> datetime.timedelta:
-    """As psycopg: a month is 30 days, a year 365 days; microseconds kept exact."""
+def parse_interval(data: bytes) -> PgInterval:
+    """Months, days and microseconds kept apart, as Postgres stores them (``PgInterval``)."""
     s = _decode(data)
     m = _INTERVAL.match(s)
     if m is None or not s:
         raise ValueError(f"cannot parse interval {s!r} (IntervalStyle must be 'postgres')")
     ye, mo, da, sign, ho, mi, se, fr = m.groups()
-    days = 0
-    if ye:
-        days += 365 * int(ye)
-    if mo:
-        days += 30 * int(mo)
-    if da:
-        days += int(da)
+    months = 12 * int(ye or 0) + int(mo or 0)
+    days = int(da or 0)
     micros = 0
     if ho:
         micros = (int(ho) * 3600 + int(mi) * 60 + int(se)) * 1_000_000
@@ -190,7 +186,7 @@ def parse_interval(data: bytes) -> datetime.timedelta:
         if sign == "-":
             micros = -micros
     try:
-        return datetime.timedelta(days=days, microseconds=micros)
+        return PgInterval(months, days, micros)
     except OverflowError:
         raise ValueError(f"interval {s!r} is outside Python's timedelta range") from None
 

@@ -28,6 +28,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from engine import pg_interval as PI
 from engine.dataflow.errs import EvalError
 from engine.dataflow.nan import NAN, NUMERIC_NAN, canonical_value
 from engine.errors import UnsupportedSQL
@@ -1147,6 +1148,13 @@ class _Compiler:
                 raise _unsupported(node, "arithmetic between intervals with months")
             code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} {op} {xs[1]})")
             return _E(code, INTERVAL, nullable, a.raises or b.raises)
+        if op == "*" and kb is IV and (a.type.is_numeric_category or ka is TypeKind.UNKNOWN):
+            a, b, ka, kb = b, a, kb, ka
+        if ka is IV and op in "*/" and (b.type.is_numeric_category or kb is TypeKind.UNKNOWN):
+            if kb is TypeKind.UNKNOWN:
+                b = self.cast(b, DOUBLE, node)
+            fn = PI.interval_mul if op == "*" else PI.interval_div
+            return self.call(fn, [a, b], INTERVAL)
         return None
 
     def _zoned_op(self, op: str, a: _E, b: _E, node: exp.Expression) -> _E | None:
@@ -1154,15 +1162,11 @@ class _Compiler:
         ka, kb = a.type.kind, b.type.kind
         TZ = TypeKind.TIMESTAMPTZ
         if ka is TZ and kb is TypeKind.INTERVAL and op in "+-":
-            if b.interval is None:
-                raise _unsupported(
-                    node,
-                    f"timestamptz {op} an interval that is not a literal",
-                    "Postgres adds an interval's days on the wall clock of the session's "
-                    "TimeZone and its hours as elapsed time, and incview reads interval values "
-                    "(columns, computed intervals) without telling '1 day' from '24 hours'; "
-                    "write a literal such as interval '1 day'",
-                )
+            if b.interval is None:  # a value: its fields at run time (PgInterval)
+                zone = self.session_zone(node, f"timestamptz {op} interval")
+                extra = f", {self.const_name(zone)}"
+                sign = self.literal(1 if op == "+" else -1, INTEGER)
+                return self.call(Z.plus_interval_value, [a, b, sign], TIMESTAMPTZ, extra=extra)
             months, days, micros = b.interval
             if op == "-":
                 months, days, micros = -months, -days, -micros

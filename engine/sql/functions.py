@@ -24,6 +24,8 @@ from functools import lru_cache
 from engine.dataflow.errs import EvalError
 from engine.dataflow.nan import canonical_value
 from engine.numeric import pg_numeric_div
+from engine.pg_interval import PgInterval
+from engine.pg_interval import interval_text as pg_interval_text
 
 NUMERIC_CONTEXT = decimal.Context(
     prec=decimal.MAX_PREC,
@@ -404,6 +406,8 @@ def date_text(d: datetime.date) -> str:
 
 def interval_text(iv: datetime.timedelta) -> str:
     """Postgres' default IntervalStyle for a timedelta (days and time kept apart)."""
+    if isinstance(iv, PgInterval):
+        return pg_interval_text(iv)
     days = iv.days
     secs = iv.seconds
     micros = iv.microseconds
@@ -642,6 +646,8 @@ _IV_TOKEN = re.compile(
 def _interval_fields(text: str) -> tuple[int, Decimal, Decimal]:
     """Postgres interval input as (months, days, microseconds), 'ago' applied."""
     s = text.strip().lower()
+    if re.fullmatch(r"[-+]?\d+(\.\d+)?", s):  # a bare number: seconds
+        s += " seconds"
     ago = s.endswith(" ago")
     if ago:
         s = s[:-4]
@@ -685,11 +691,10 @@ def _interval_fields(text: str) -> tuple[int, Decimal, Decimal]:
     return months, days, micros
 
 
-def parse_interval(text: str) -> Interval | datetime.timedelta:
-    """Parse Postgres interval input ('1 day 2 hours', '3 months', '01:30:00', '2 weeks ago')."""
-    months, days, micros = _interval_fields(text)
-    delta = datetime.timedelta(days=float(days)) + datetime.timedelta(microseconds=int(micros))
-    return Interval(months, delta) if months else delta
+def parse_interval(text: str) -> PgInterval:
+    """Parse Postgres interval input ('1 day 2 hours', '3 months', '01:30:00', '2 weeks ago')
+    into its three fields, as Postgres stores it."""
+    return PgInterval(*interval_parts(text))
 
 
 def interval_parts(text: str) -> tuple[int, int, int]:
@@ -720,6 +725,10 @@ def add_months(ts: datetime.date, months: int):
 def ts_plus_interval(ts: datetime.datetime, iv) -> datetime.datetime:
     """timestamp + interval: months first (day clamped to the month's end), then days and time."""
     try:
+        if isinstance(iv, PgInterval):
+            return add_months(ts, iv.months) + datetime.timedelta(
+                days=iv.idays, microseconds=iv.micros
+            )
         if isinstance(iv, Interval):
             return add_months(ts, iv.months) + iv.delta
         return ts + iv

@@ -20,12 +20,24 @@ from engine.errors import UnsupportedSQL
 
 class _Dialect(Postgres):
     """Postgres, except ``date_part(...)`` stays a function call (sqlglot turns it into EXTRACT,
-    which returns numeric while date_part returns double precision)."""
+    which returns numeric while date_part returns double precision), and an interval literal
+    stays whole: sqlglot reads ``interval '2 days 01:00'`` as ``interval '2' days`` (and drops
+    ``ago``), keeping only the first "number unit" of a string that has more."""
 
     class Parser(Postgres.Parser):
         FUNCTION_PARSERS = {
             k: v for k, v in Postgres.Parser.FUNCTION_PARSERS.items() if k != "DATE_PART"
         }
+
+        def _parse_interval_span(self, this, parse_function_unit: bool = True):
+            if (
+                this is not None
+                and this.is_string
+                and exp.INTERVAL_STRING_RE.search(this.name)
+                and not exp.INTERVAL_STRING_RE.fullmatch(this.name)
+            ):
+                return self.expression(exp.Interval(this=this))
+            return super()._parse_interval_span(this, parse_function_unit)
 
 
 DIALECT = _Dialect()  # the one dialect every part of the planner parses and prints with

@@ -61,6 +61,8 @@ def aggregate_type(kind: str, arg: SqlType | None) -> SqlType:
         if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):
             return DOUBLE
     if kind == "avg":
+        if arg.kind is TypeKind.INTERVAL:
+            return arg
         if arg.kind in (*_INTS, TypeKind.BIGINT, TypeKind.NUMERIC):
             return NUMERIC
         if arg.kind in (TypeKind.REAL, TypeKind.DOUBLE):

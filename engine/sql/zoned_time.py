@@ -25,6 +25,7 @@ from decimal import Decimal
 from functools import lru_cache
 
 from engine.dataflow.errs import EvalError
+from engine.pg_interval import fields
 from engine.sql import functions as F
 
 UTC = datetime.UTC
@@ -139,6 +140,15 @@ def plus_interval(
         return ts + datetime.timedelta(microseconds=micros)
     except OverflowError:
         raise _out_of_range() from None
+
+
+def plus_interval_value(
+    ts: datetime.datetime, iv: datetime.timedelta, sign: int, zone: datetime.tzinfo
+) -> datetime.datetime:
+    """timestamptz + (or, ``sign`` -1, -) an interval value (a column, a computed interval):
+    its months, days and time as ``PgInterval`` keeps them (``engine.pg_interval.fields``)."""
+    months, days, micros = fields(iv)
+    return plus_interval(ts, sign * months, sign * days, sign * micros, zone)
 
 
 def _offset_text(east: int) -> str:

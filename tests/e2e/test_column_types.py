@@ -21,7 +21,7 @@ CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE DOMAIN posint AS int CHECK (VALUE > 0);
 CREATE TABLE t (
   k int PRIMARY KEY, u uuid, j jsonb, a int[], ta text[], b bytea, ip inet, net cidr,
-  m mood, d posint, nm name, tz timestamptz, ms mood[], pt point, js json
+  m mood, d posint, nm name, tz timestamptz, ms mood[], pt point, js json, iv interval
 );
 ALTER TABLE t REPLICA IDENTITY FULL;
 """
@@ -53,9 +53,16 @@ VIEWS = {
     "array_agg": "SELECT m, array_agg(u ORDER BY k) AS us, array_agg(j ORDER BY k DESC) AS js, "
     "array_agg(ip ORDER BY k) FILTER (WHERE d > 1) AS ips FROM t GROUP BY m",
     "json_cols": "SELECT k, js, js::jsonb AS jb, js::text AS jt, (js::jsonb) ->> 'a' AS a FROM t",
+    "intervals": "SELECT k, iv, iv::text AS ivt, (date '2024-01-31' + iv)::text AS d, "
+    "(iv + interval '1 mon')::text AS plus FROM t",
+    "interval_aggs": "SELECT m, sum(iv)::text AS s, avg(iv)::text AS a, count(DISTINCT iv) AS nd "
+    "FROM t GROUP BY m",
+    "interval_windows": "SELECT k, (sum(iv) OVER (ORDER BY k))::text AS run, (avg(iv) OVER "
+    "(ORDER BY k ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING))::text AS a3 FROM t",
     "null_tests": "SELECT k, u IS NULL AS un, j IS NOT NULL AS jn, a IS NULL AS an FROM t",
 }
 
+INTERVALS = ["1 mon 2 days 03:00", "-1 year", "24:00:00", "2 days", "36:00:00.5", "-1 day +02:00"]
 RAW_JSONS = ['{"b":1,  "a":2, "a": 3}', "[1, 2 ]", '"x"', '{"y": [1.50, null]}', "3"]
 UUIDS = [
     "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
@@ -102,10 +109,11 @@ def _row(rng: random.Random, k: int) -> tuple:
         pick(MOOD_ARRAYS),
         pick(["(1,2)", "(0,0)"]),
         pick(RAW_JSONS),
+        pick(INTERVALS),
     )
 
 
-INSERT = "INSERT INTO t VALUES (" + ", ".join(["%s"] * 15) + ")"
+INSERT = "INSERT INTO t VALUES (" + ", ".join(["%s"] * 16) + ")"
 INSERT_FIRST_KEY = 1
 
 
@@ -124,7 +132,8 @@ def random_round(
                 new = _row(rng, k)
                 conn.execute(
                     "UPDATE t SET u = %s, j = %s, a = %s, ta = %s, b = %s, ip = %s, net = %s, "
-                    "m = %s, d = %s, nm = %s, tz = %s, ms = %s, pt = %s, js = %s WHERE k = %s",
+                    "m = %s, d = %s, nm = %s, tz = %s, ms = %s, pt = %s, js = %s, iv = %s "
+                    "WHERE k = %s",
                     (*new[1:], k),
                 )
             else:

@@ -3,7 +3,7 @@ snapshots, pg_current_snapshot in the reading transaction, and values equal to t
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 
 import psycopg
@@ -11,6 +11,7 @@ import pytest
 
 from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
+from engine.pg_interval import PgInterval
 from engine.postgres.cdc import CdcReader, visible_in_snapshot
 from engine.postgres.snapshot import read_table, snapshot_reader
 from engine.sql.catalog import DictCatalog, SourceTable
@@ -253,7 +254,8 @@ def test_values_equal_what_the_cdc_decoder_gives(pg_dsn, pg_conn):
     first = from_copy[0]
     assert first[5] == 0.1 and first[6] == 0.1  # real reads as its shortest text form
     assert first[12] == datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC) and first[12].tzinfo is UTC
-    assert first[13] == timedelta(days=365 + 60 - 3, hours=4, minutes=5, seconds=6.5)
+    assert first[13] == PgInterval(14, -3, 14_706_500_000)  # 1 year 2 mons -3 days 04:05:06.5
+    assert (first[13].months, first[13].idays) == (14, -3)  # the fields apart, not 422 days
     assert first[10] == date(2024, 2, 29) and first[14] == time(23, 59, 59, 999999)
     assert first[9] == "ab" and from_copy[1][9] == ""  # character(n) without its padding
 

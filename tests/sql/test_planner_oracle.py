@@ -700,6 +700,12 @@ QUERIES = [
         id="tz-const-series-over-dst",
     ),
     Q(
+        "SELECT id, at + (interval '1 day' + interval '2 hours') AS a, "
+        "at - (wall - timestamp '2024-03-09 00:00') AS b, "
+        "at + (day - date '2024-03-01') * interval '1 day' AS c FROM events",
+        id="tz-plus-computed-intervals",
+    ),
+    Q(
         "SELECT s FROM generate_series(timestamptz '2024-11-04 00:00+00', "
         "timestamptz '2024-11-02 00:00+00', interval '-5 hours') AS s",
         id="tz-const-series-descending",
