@@ -7,8 +7,8 @@ otherwise NULL when the subquery has rows and ``x`` is NULL or some ``v`` is NUL
 FALSE. ``in_mark`` builds it from two joins: the outer plan LEFT JOIN the subquery's DISTINCT
 values with a constant TRUE mark on ``x = v`` (a match), CROSS JOIN the one-row aggregate
 ``count(*), count(v)`` of the subquery (rows at all, NULLs among them). The subquery must be
-uncorrelated (a correlated one is refused with its position: write it as EXISTS). This module
-only builds plans.
+uncorrelated; a correlated one is built from three EXISTS marks instead (``_correlated_in``).
+This module only builds plans.
 """
 
 from __future__ import annotations
@@ -27,11 +27,7 @@ def in_mark(builder, node: exp.In, plan: LogicalPlan) -> tuple[LogicalPlan, exp.
     query = node.args["query"]
     sub = query.this if isinstance(query, exp.Subquery) else query
     if builder.outer_references(sub):
-        raise unsupported(
-            node,
-            "a correlated IN (subquery) under OR, NOT or CASE, or in the select list",
-            "Rewrite it as EXISTS (correlated by equalities), which may stand anywhere",
-        )
+        return _correlated_in(builder, node, sub, plan)
     right = builder.query(sub, None)
     if len(right.fields) != 1:
         raise unsupported(node, "IN (subquery) must select exactly one column")
@@ -72,3 +68,39 @@ def in_mark(builder, node: exp.In, plan: LogicalPlan) -> tuple[LogicalPlan, exp.
         default=exp.false(),
     )  # fmt: skip
     return joined, exp.Paren(this=value)
+
+
+def _correlated_in(builder, node: exp.In, sub: exp.Expression, plan: LogicalPlan):
+    """A correlated ``x IN (SELECT v FROM ... WHERE w)``: the same three values from three
+    EXISTS marks (``exists_mark``): a match (``w AND v = x``), rows at all (``w``), a NULL
+    among them (``w AND v IS NULL``). ``v`` must be a column for the marks' equalities."""
+    if not isinstance(sub, exp.Select) or len(sub.expressions) != 1:
+        raise unsupported(node, "IN (subquery) must select exactly one column")
+    item = sub.expressions[0]
+    v = item.this if isinstance(item, exp.Alias) else item
+    outer = node.this
+
+    def exists(extra: exp.Expression | None) -> exp.Exists:
+        s = sub.copy()
+        s.set("expressions", [exp.Literal.number(1)])
+        if extra is not None:
+            s = s.where(extra, copy=False)
+        return exp.Exists(this=s)
+
+    value = exp.Case(
+        ifs=[
+            exp.If(this=exists(exp.EQ(this=v.copy(), expression=outer.copy())), true=exp.true()),
+            exp.If(this=exp.Not(this=exists(None)), true=exp.false()),
+            exp.If(
+                this=exp.or_(
+                    exp.Is(this=outer.copy(), expression=exp.Null()),
+                    exists(exp.Is(this=v.copy(), expression=exp.Null())),
+                ),
+                true=exp.Null(),
+            ),
+        ],
+        default=exp.false(),
+    )
+    holder = [plan]
+    value = builder.replace_exists(value, holder)
+    return holder[0], exp.Paren(this=value)

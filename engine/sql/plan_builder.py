@@ -370,7 +370,7 @@ class _Builder:
         order = sel.args.get("order")
         group = sel.args.get("group")
         holder = [plan]  # scalar subqueries in the select list join their plans in here
-        exprs = [self._replace_exists(e, holder) for e in exprs]
+        exprs = [self.replace_exists(e, holder) for e in exprs]
         exprs = [self._replace_scalar_subqueries(e, holder) for e in exprs]
         plan = holder[0]
         aggs = [
@@ -525,7 +525,7 @@ class _Builder:
             else:
                 plain.append(c)
         holder = [plan]
-        plain = [self._replace_exists(c, holder) for c in plain]
+        plain = [self.replace_exists(c, holder) for c in plain]
         plain = [self._replace_scalar_subqueries(c, holder) for c in plain]
         plan = holder[0]
         pred = and_all(plain)
@@ -670,7 +670,7 @@ class _Builder:
 
         return e.copy().transform(fix)
 
-    def _replace_exists(self, e: exp.Expression, holder: list[LogicalPlan]) -> exp.Expression:
+    def replace_exists(self, e: exp.Expression, holder: list[LogicalPlan]) -> exp.Expression:
         """Each EXISTS in ``e`` (under OR, NOT or CASE, in the select list) becomes a mark of a
         LEFT JOIN with the subquery's distinct correlation keys (holder[0] is updated)."""
         if not any(isinstance(n, exp.Exists) or _in_subquery(n) for n in e.walk()):

@@ -941,6 +941,17 @@ QUERIES = [
         id="subquery-in-select-list-with-nulls",
     ),
     Q(
+        "SELECT c.id FROM customers c WHERE c.score > 90 OR c.segment IN "
+        "(SELECT p.category FROM products p WHERE p.id = c.id)",
+        id="subquery-correlated-in-under-or",
+    ),
+    Q(
+        "SELECT o.id, o.qty NOT IN (SELECT i.qty FROM order_items i WHERE i.order_id = o.id) "
+        "AS fresh, CASE WHEN o.customer_id IN (SELECT c.id FROM customers c WHERE c.region = "
+        "o.status) THEN 1 ELSE 0 END AS odd FROM orders o",
+        id="subquery-correlated-in-select-list",
+    ),
+    Q(
         "SELECT c.id FROM customers c WHERE NOT (c.segment IN (SELECT category FROM products "
         "WHERE price > 100)) OR c.region IS NULL",
         id="subquery-not-in-under-not",

@@ -368,13 +368,6 @@ BAD = [
         id="exists-under-or-correlated-by-inequality",
     ),
     B(
-        "SELECT id FROM customers c WHERE c.score > 0 OR c.id IN (SELECT customer_id FROM "
-        "orders o WHERE o.amount > c.score)",
-        ["correlated IN (subquery) under OR", "EXISTS"],
-        "line 1",
-        id="correlated-in-subquery-under-or",
-    ),
-    B(
         "SELECT id, (SELECT max(amount) + 1 FROM orders o2 WHERE o2.id = o.id) AS a FROM orders o",
         ["correlated scalar subquery", "single aggregate call or an expression without"],
         "line 1, column 20",  # the subquery's first positioned node (keywords carry none)
