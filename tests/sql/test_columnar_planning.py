@@ -21,9 +21,12 @@ COLUMNAR = [
     "SELECT created, sum(CAST(discount AS numeric(12,3))) AS d FROM orders GROUP BY created",
     "SELECT c.region, sum(i.qty * i.price) AS revenue FROM order_items i "
     "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id GROUP BY c.region",
+    "SELECT customer_id, min(amount) AS m, max(created) AS c, max(qty * 2) AS q FROM orders "
+    "GROUP BY customer_id",
 ]
 ROW = [
-    "SELECT customer_id, min(amount) AS m FROM orders GROUP BY customer_id",
+    "SELECT customer_id, min(discount) AS m FROM orders GROUP BY customer_id",  # float
+    "SELECT customer_id, max(status) AS m FROM orders GROUP BY customer_id",  # text
     "SELECT status, sum(discount) AS d FROM orders GROUP BY status",  # float
     "SELECT status, sum(amount / qty) AS d FROM orders GROUP BY status",  # scale from division
     "SELECT amount / 3 AS k, count(*) AS n FROM orders GROUP BY amount / 3",  # key of no scale

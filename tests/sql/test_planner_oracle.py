@@ -242,6 +242,17 @@ QUERIES = [
         "FROM orders",
         id="agg-columnar-global",
     ),
+    Q(  # the columnar reduce's min/max: value multisets per group, deletes of the extreme
+        "SELECT status, count(*) AS n, min(amount) AS lo, max(amount) AS hi, min(created) AS c0, "
+        "max(created) AS c1, max(qty) FILTER (WHERE amount > 50) AS mq, min(qty * 3 - 1) AS m3, "
+        "sum(amount) AS s FROM orders GROUP BY status",
+        id="agg-columnar-min-max",
+    ),
+    Q(
+        "SELECT min(amount) AS lo, max(amount) AS hi, max(created) AS c, min(customer_id) AS cu "
+        "FROM orders",
+        id="agg-columnar-min-max-global",
+    ),
     Q(
         "SELECT c.segment, count(DISTINCT o.customer_id) AS buyers, "
         "count(DISTINCT o.status) AS statuses FROM orders o "

@@ -1,9 +1,11 @@
-"""ColumnarReduceCollection: GROUP BY with count/sum/avg, a whole time's delta at once in arrays.
+"""ColumnarReduceCollection: GROUP BY with count/sum/avg/min/max, a time's delta at once in arrays.
 
 The same contract and output as ``ReduceCollection`` (one row per group: the group key, then the
 aggregates; ``-old +new`` when a group's row changes) for the aggregates that decompose into
 fixed-width sums: ``count(*)``, ``count(x)``, ``sum(x)`` and ``avg(x)`` over integers and
-numerics of a known scale, each with an optional FILTER column. A time's delta is turned into
+numerics of a known scale, each with an optional FILTER column; and ``min(x)``/``max(x)`` over
+integers, numerics of a known scale, dates and timestamps, whose per-group value multisets live
+in ``columnar.value_counts`` (the record keeps the current extreme). A time's delta is turned into
 Arrow columns once; ``kernels.group_index`` finds its groups, per-group sums are numpy
 reductions, the groups' records (row count; per aggregate a count, or a non-NULL count, an exact
 128-bit sum of the unscaled values and a numeric-NaN count) come from ``GroupTable`` in one
@@ -11,8 +13,8 @@ batch read and go back in one write batch. No pickle, no Decimal arithmetic per 
 runs per *group* only to turn changed records into output rows (avg's Postgres division scale).
 
 ``supports(...)`` says whether a GROUP BY can run here; the physical planner falls back to
-``ReduceCollection`` otherwise (min/max, count DISTINCT, string_agg, bool_*, floats, numeric of
-unknown scale, group keys without an exact Arrow type). This collection must not emit a row it
+``ReduceCollection`` otherwise (count DISTINCT, string_agg, bool_*, floats, min/max of text,
+numeric of unknown scale, group keys without an exact Arrow type). This collection must not emit a row it
 could not rebuild from the group's record and key: the key values of the output come from the
 time's input rows, which is exact because every supported key type has one representation per
 value (-0.0 is emitted as 0.0).
@@ -31,6 +33,7 @@ from engine.dataflow.aggregates import EXACT, Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.columnar import kernels as K
+from engine.dataflow.columnar import value_counts
 from engine.dataflow.columnar.arrow_types import (
     NUMERIC_TEXT,
     ColumnConversionError,
@@ -48,7 +51,7 @@ from engine.numeric import (
     pg_numeric_div_texts,
 )
 
-_KINDS = frozenset({"count_star", "count", "sum", "avg"})
+_KINDS = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
 _GLOBAL_KEY = b"\x00global"
 
 
@@ -68,6 +71,8 @@ def supports(
             t = column_types[a.arg]
             if t is None or not (pa.types.is_integer(t) or pa.types.is_decimal(t)):
                 return False
+        if a.kind in ("min", "max") and not value_counts.supports(column_types[a.arg]):
+            return False
     return True
 
 
@@ -93,7 +98,9 @@ class ColumnarReduceCollection(StatefulCollection):
         self.cache_bytes = cache_bytes
         fields = [("rows", "<i8")]
         for i, a in enumerate(self.aggregates):
-            if a.kind in ("sum", "avg"):
+            if a.kind in ("min", "max"):  # the current extreme as a 128-bit integer
+                fields += [(f"n{i}", "<i8"), (f"lo{i}", "<u8"), (f"hi{i}", "<i8")]
+            elif a.kind in ("sum", "avg"):
                 fields += [
                     (f"n{i}", "<i8"),
                     (f"lo{i}", "<u8"),
@@ -104,10 +111,17 @@ class ColumnarReduceCollection(StatefulCollection):
                 fields.append((f"n{i}", "<i8"))
         self.dtype = np.dtype(fields)
         self.groups: GroupTable | None = None
+        #: (argument, FILTER) of the min/max aggregates -> their indices (one value multiset each)
+        self.slots: dict[tuple[int, int | None], list[int]] = {}
+        for i, a in enumerate(self.aggregates):
+            if a.kind in ("min", "max"):
+                self.slots.setdefault((a.arg, a.filter), []).append(i)
+        self.multisets: list[value_counts.ValueCounts] = []
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
         self.groups = GroupTable(self.table, self.dtype, self.cache_bytes)
+        self.multisets = [value_counts.ValueCounts(self.table, j) for j in range(len(self.slots))]
 
     def describe(self) -> str:
         group = ",".join(map(str, self.group_key))
@@ -147,6 +161,8 @@ class ColumnarReduceCollection(StatefulCollection):
         masks: dict[int | None, np.ndarray] = {}
         for i, a in enumerate(self.aggregates):
             self._accumulate(i, a, rows, ids, ngroups, w, new, masks)
+        for j, ((arg, filt), members) in enumerate(self.slots.items()):
+            self._extremes(j, arg, filt, members, rows, keys, ids, w, old, new, masks)
 
         if self.group_key:
             was, alive = present & (old["rows"] > 0), new["rows"] > 0
@@ -180,7 +196,9 @@ class ColumnarReduceCollection(StatefulCollection):
         for rec, which, weight in ((old, retract, -1), (new, insert, 1)):
             idx = np.flatnonzero(which)
             sub = rec[idx]
-            columns = [self._final(i, a, sub) for i, a in enumerate(self.aggregates)]
+            columns = [
+                self._final(i, a, sub, idx, weight > 0) for i, a in enumerate(self.aggregates)
+            ]
             values = zip(*columns, strict=True) if columns else [()] * len(idx)
             rows += [reps[j] + v for j, v in zip(idx.tolist(), values, strict=True)]
             weights += [weight] * len(idx)
@@ -198,8 +216,31 @@ class ColumnarReduceCollection(StatefulCollection):
             m = masks[filt] = np.fromiter((r[filt] is True for r in rows), bool, len(rows))
         return m
 
+    def _extremes(self, j, arg, filt, members, rows, keys, ids, w, old, new, masks) -> None:
+        """Min/max aggregates ``members`` over (``arg``, ``filt``): the value multiset of slot
+        ``j`` takes the time's diffs and gives each group's new extremes."""
+        hi, lo, valid = value_counts.wide_values([r[arg] for r in rows], self.column_types[arg])
+        keep = self._mask(rows, filt, masks)
+        if keep is not None:
+            valid &= keep
+        counted = w * valid
+        extremes = []
+        for i in members:
+            new[f"n{i}"] += K.group_sums(ids, len(keys), counted)
+            descending = self.aggregates[i].kind == "max"
+            extremes.append(
+                value_counts.Extreme(descending, old[f"hi{i}"], old[f"lo{i}"], old[f"n{i}"] > 0)
+            )
+        sel = np.flatnonzero(counted)
+        self.multisets[j].step(keys, ids[sel], hi[sel], lo[sel], w[sel], extremes)
+        for i, e in zip(members, extremes, strict=True):
+            new[f"hi{i}"] = np.where(e.valid, e.hi, 0)
+            new[f"lo{i}"] = np.where(e.valid, e.lo, 0)
+
     def _accumulate(self, i, a, rows, ids, ngroups, w, rec, masks) -> None:
         """Add aggregate ``i``'s per-group deltas of this time to the records ``rec``."""
+        if a.kind in ("min", "max"):
+            return  # _extremes
         keep = self._mask(rows, a.filter, masks)
         if a.kind == "count_star":
             rec[f"n{i}"] += K.group_sums(ids, ngroups, w if keep is None else w * keep)
@@ -253,6 +294,11 @@ class ColumnarReduceCollection(StatefulCollection):
         count = rec[f"n{i}"]
         if a.kind in ("count_star", "count"):
             return pa.array(count, pa.int64())
+        if a.kind in ("min", "max"):
+            live = count > 0
+            if (value_counts.is_special(rec[f"hi{i}"], rec[f"lo{i}"]) & live).any():
+                raise _NotColumnar
+            return self._extreme_column(i, rec, live)
         nan = rec[f"nan{i}"]
         if (nan[count > 0] > 0).any():
             raise _NotColumnar
@@ -283,11 +329,19 @@ class ColumnarReduceCollection(StatefulCollection):
             texts = pa.array(values, pa.string())
         return pa.ExtensionArray.from_storage(NUMERIC_TEXT, texts)
 
-    def _final(self, i: int, a: Aggregate, rec: np.ndarray) -> list:
-        """The values of aggregate ``i`` from records ``rec``."""
+    def _final(self, i: int, a: Aggregate, rec: np.ndarray, groups, after: bool) -> list:
+        """The values of aggregate ``i`` from records ``rec`` (of the time's ``groups``, before or
+        ``after`` it)."""
         count = rec[f"n{i}"]
         if a.kind in ("count_star", "count"):
             return count.tolist()
+        if a.kind in ("min", "max"):
+            hi, lo = rec[f"hi{i}"], rec[f"lo{i}"]
+            special = value_counts.is_special(hi, lo) & (count > 0)
+            values = to_python(self._extreme_column(i, rec, (count > 0) & ~special))
+            for j in np.flatnonzero(special).tolist():
+                values[j] = value_counts.special_value(int(hi[j]), int(lo[j]))
+            return values
         typ = self.column_types[a.arg]
         scale = typ.scale if pa.types.is_decimal(typ) else 0
         lo, hi = rec[f"lo{i}"], rec[f"hi{i}"]
@@ -315,6 +369,20 @@ class ColumnarReduceCollection(StatefulCollection):
             out[j] = v
         return out
 
+    def _extreme_column(self, i: int, rec: np.ndarray, live: np.ndarray) -> pa.Array:
+        """Min/max ``i`` of records ``rec`` as a column of its argument's type (NULL where not
+        ``live``)."""
+        typ = self.column_types[self.aggregates[i].arg]
+        lo, hi, n = rec[f"lo{i}"], rec[f"hi{i}"], len(rec)
+        validity = pa.py_buffer(np.packbits(live, bitorder="little"))
+        if pa.types.is_decimal(typ):
+            return _decimal_column(lo, hi, typ.scale, validity)
+        v = np.ascontiguousarray(lo.view(np.int64))
+        if pa.types.is_date32(typ):
+            return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(v.astype(np.int32))])
+        out_type = typ if pa.types.is_timestamp(typ) else pa.int64()
+        return pa.Array.from_buffers(out_type, n, [validity, pa.py_buffer(v)])
+
 
 class _NotColumnar(Exception):
     """A value an Arrow column of the output cannot hold (the time's output goes as tuples)."""
@@ -333,7 +401,9 @@ def _as_decimals(lo: np.ndarray, hi: np.ndarray, scale: int) -> list[Decimal]:
 
 
 def _sum_input(values: list, typ: pa.DataType) -> tuple[pa.Array | None, np.ndarray]:
-    """(the values as an Arrow column, or None if one exceeds decimal128; the numeric-NaN mask)."""
+    """(the values as an Arrow column, or None if one exceeds decimal128; the numeric-NaN mask).
+
+    No numeric of a known scale holds +-Infinity (Postgres refuses them in numeric(p,s))."""
     nan = np.zeros(len(values), dtype=bool)
     try:
         return to_arrow_column(values, typ), nan

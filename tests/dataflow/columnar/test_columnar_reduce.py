@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from datetime import date, datetime
 from decimal import Decimal
 
 import pyarrow as pa
@@ -20,10 +21,12 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection, supports
 from engine.dataflow.collections.reduce import ReduceCollection
 from engine.dataflow.graph import Dataflow
+from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.testing import RandomTable, ZSetSink, pick
 
-# columns: text key, int key, numeric(8,2) key, float key, int arg, numeric(12,2) arg, flag, big int
+# columns: text key, int key, numeric(8,2) key, float key, int arg, numeric(12,2) arg, flag, big int,
+# date, timestamp
 TYPES = [
     pa.string(),
     pa.int64(),
@@ -33,15 +36,21 @@ TYPES = [
     pa.decimal128(12, 2),
     pa.bool_(),
     pa.int64(),
+    pa.date32(),
+    pa.timestamp("us"),
 ]
-T_KEY, I_KEY, D_KEY, F_KEY, I_ARG, D_ARG, FLAG, BIG = range(8)
+T_KEY, I_KEY, D_KEY, F_KEY, I_ARG, D_ARG, FLAG, BIG, DAY, TS = range(10)
+DAYS = [date(2024, 2, 29), date(1999, 12, 31), date(1, 1, 1), None]
+STAMPS = [datetime(2024, 1, 1, 12, 0, 0, 1), datetime(1970, 1, 1), datetime(1969, 12, 31, 23, 59)]
 DECS = [Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"), Decimal("99999.99"), Decimal("10.00")]
 
 
-def make_row(rng, nan=False):
+def make_row(rng, nan=False, inf=False):
     dec = pick(rng, DECS)
     if nan and rng.random() < 0.05:
-        dec = Decimal("NaN")
+        dec = NUMERIC_NAN  # the engine's one NaN (as CDC and population hand it out)
+    elif inf and rng.random() < 0.05:
+        dec = Decimal("Infinity") if rng.random() < 0.5 else Decimal("-Infinity")
     return (
         pick(rng, ["a", "b", ""]),
         pick(rng, [1, 2, 3]),
@@ -51,6 +60,8 @@ def make_row(rng, nan=False):
         dec,
         pick(rng, [True, False]),
         pick(rng, [2**62, -(2**62) + 1, 3]),
+        pick(rng, DAYS),
+        pick(rng, STAMPS),
     )
 
 
@@ -66,16 +77,26 @@ AGGS = [
     Aggregate("count_star", filter=FLAG),
     Aggregate("sum", BIG),
     Aggregate("avg", BIG),
+    Aggregate("min", I_ARG),
+    Aggregate("max", I_ARG),
+    Aggregate("max", D_ARG),
+    Aggregate("min", D_ARG, filter=FLAG),
+    Aggregate("max", D_ARG, filter=FLAG),
+    Aggregate("min", BIG),
+    Aggregate("max", DAY),
+    Aggregate("min", DAY),
+    Aggregate("min", TS),
 ]
+EXTREMES = [a for a in AGGS if a.kind in ("min", "max")]
 
 
 def _norm(row):
     return tuple(0.0 if isinstance(v, float) and v == 0 else v for v in row)
 
 
-def _drive(tmp_path, group, aggs, seed, times=60, nan=False, reopen_every=7):
+def _drive(tmp_path, group, aggs, seed, times=60, nan=False, reopen_every=7, inf=False):
     rng = random.Random(seed)
-    table = RandomTable(lambda r: make_row(r, nan), rng, max_changes=12)
+    table = RandomTable(lambda r: make_row(r, nan, inf), rng, max_changes=12)
     stores, flows, sinks = {}, {}, {"row": ZSetSink(), "col": ZSetSink()}
 
     def open_(kind):
@@ -134,13 +155,19 @@ def test_numeric_nan_in_sums(tmp_path, seed):
     _drive(tmp_path, [T_KEY], AGGS[4:8], seed, nan=True)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_min_max_with_numeric_nan_and_infinity(tmp_path, seed):
+    _drive(tmp_path, [I_KEY], [Aggregate("count_star"), *EXTREMES], seed, nan=True, inf=True)
+
+
 def test_supports_what_it_computes():
     assert supports([pa.string()], AGGS, TYPES)
     assert not supports([None], AGGS, TYPES)
-    assert not supports([pa.string()], [Aggregate("min", I_ARG)], TYPES)
+    assert not supports([pa.string()], [Aggregate("min", T_KEY)], TYPES)
+    assert not supports([pa.string()], [Aggregate("max", F_KEY)], TYPES)
     assert not supports([pa.string()], [Aggregate("sum", F_KEY)], TYPES)
     with pytest.raises(ValueError):
-        ColumnarReduceCollection([T_KEY], [Aggregate("max", I_ARG)], TYPES)
+        ColumnarReduceCollection([T_KEY], [Aggregate("max", T_KEY)], TYPES)
 
 
 def test_cache_smaller_than_the_groups(tmp_path):
@@ -162,6 +189,8 @@ def test_cache_smaller_than_the_groups(tmp_path):
                     None,
                     rng.randrange(3000),
                     Decimal(rng.randrange(999)) / 100,
+                    None,
+                    None,
                     None,
                     None,
                 )
