@@ -1,7 +1,8 @@
 """End to end: numeric NaN in the columnar reduce's aggregates.
 
 numeric(12,2) columns hold NaN (not +-Infinity: Postgres refuses those in a numeric(p,s)).
-sum/avg of a group holding a NaN are NaN, and min/max order NaN above every number. The views are GROUP BYs the planner sends to the columnar
+sum/avg of a group holding a NaN are NaN, min/max order NaN above every number, and NaN is a
+group key equal to itself. The views are GROUP BYs the planner sends to the columnar
 reduce (checked with ``explain``); after population and after every change and ``catch_up()``
 the result table equals the view's query run by Postgres (EXCEPT ALL both ways).
 """
@@ -18,6 +19,7 @@ VIEWS = {
     "max(x) AS hi FROM t GROUP BY g",
     "filtered": "SELECT g, sum(x) FILTER (WHERE k > 0) AS s, max(x) FILTER (WHERE k > 0) AS hi, "
     "min(k) AS mk FROM t GROUP BY g",
+    "by_x": "SELECT x, g, count(*) AS n, max(k) AS mk FROM t GROUP BY x, g",
     "overall": "SELECT sum(x) AS s, avg(x) AS a, min(x) AS lo, max(x) AS hi FROM t",
 }
 

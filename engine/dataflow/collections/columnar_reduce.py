@@ -158,11 +158,11 @@ class ColumnarReduceCollection(StatefulCollection):
             return DiffBatch()  # a global aggregate's row already exists
         new = old.copy()
         new["rows"] += K.group_sums(ids, ngroups, w)
-        masks: dict[int | None, np.ndarray] = {}
+        memo: dict = {}  # the time's columns and FILTER masks, each made once
         for i, a in enumerate(self.aggregates):
-            self._accumulate(i, a, rows, ids, ngroups, w, new, masks)
+            self._accumulate(i, a, rows, ids, ngroups, w, new, memo)
         for j, ((arg, filt), members) in enumerate(self.slots.items()):
-            self._extremes(j, arg, filt, members, rows, keys, ids, w, old, new, masks)
+            self._extremes(j, arg, filt, members, rows, keys, ids, w, old, new, memo)
 
         if self.group_key:
             was, alive = present & (old["rows"] > 0), new["rows"] > 0
@@ -174,7 +174,7 @@ class ColumnarReduceCollection(StatefulCollection):
         try:
             return self._output_columns(firsts, old, retract, new, insert)
         except _NotColumnar:  # numeric NaN, an int sum past 64 bits: Python values
-            reps = list(zip(*map(to_python, firsts), strict=True)) if firsts else [()]
+            reps = list(zip(*map(_key_values, firsts), strict=True)) if firsts else [()]
             return self._output_rows(reps, old, retract, new, insert)
 
     def _output_columns(self, firsts, old, retract, new, insert) -> DiffBatch:
@@ -183,6 +183,8 @@ class ColumnarReduceCollection(StatefulCollection):
         rec = np.concatenate([old[out_old], new[out_new]])
         take = pa.array(np.concatenate([out_old, out_new]))
         columns = [f.take(take) for f in firsts]
+        if any(_specials(c) is not None for c in columns):
+            raise _NotColumnar
         columns += [self._final_column(i, a, rec) for i, a in enumerate(self.aggregates)]
         weights = np.concatenate(
             [np.full(len(out_old), -1, dtype=np.int64), np.ones(len(out_new), dtype=np.int64)]
@@ -205,22 +207,41 @@ class ColumnarReduceCollection(StatefulCollection):
         return DiffBatch(rows, weights)
 
     def _column(self, rows: list[tuple], i: int) -> pa.Array:
-        return to_arrow_column([r[i] for r in rows], self.column_types[i])
+        """Group key column ``i``; a numeric NaN (no decimal128 holds it) is kept as a sentinel
+        past every decimal128 value, so it groups apart from the numbers and equal to itself."""
+        values, typ = [r[i] for r in rows], self.column_types[i]
+        try:
+            return to_arrow_column(values, typ)
+        except ColumnConversionError:
+            if not pa.types.is_decimal(typ):
+                raise
+        hi, lo, valid = value_counts.wide_values(values, typ)
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return _decimal_column(lo, hi, typ.scale, validity)
 
-    def _mask(self, rows: list[tuple], filt: int | None, masks: dict) -> np.ndarray | None:
+    def _values(self, rows: list[tuple], arg: int, memo: dict) -> list:
+        """Column ``arg`` of the time's rows (made once per time)."""
+        v = memo.get(("values", arg))
+        if v is None:
+            v = memo[("values", arg)] = [r[arg] for r in rows]
+        return v
+
+    def _mask(self, rows: list[tuple], filt: int | None, memo: dict) -> np.ndarray | None:
         """Rows passing FILTER column ``filt`` (None: no FILTER)."""
         if filt is None:
             return None
-        m = masks.get(filt)
+        m = memo.get(("mask", filt))
         if m is None:
-            m = masks[filt] = np.fromiter((r[filt] is True for r in rows), bool, len(rows))
+            m = np.fromiter((r[filt] is True for r in rows), bool, len(rows))
+            memo[("mask", filt)] = m
         return m
 
-    def _extremes(self, j, arg, filt, members, rows, keys, ids, w, old, new, masks) -> None:
+    def _extremes(self, j, arg, filt, members, rows, keys, ids, w, old, new, memo) -> None:
         """Min/max aggregates ``members`` over (``arg``, ``filt``): the value multiset of slot
         ``j`` takes the time's diffs and gives each group's new extremes."""
-        hi, lo, valid = value_counts.wide_values([r[arg] for r in rows], self.column_types[arg])
-        keep = self._mask(rows, filt, masks)
+        values = self._values(rows, arg, memo)
+        hi, lo, valid = value_counts.wide_values(values, self.column_types[arg])
+        keep = self._mask(rows, filt, memo)
         if keep is not None:
             valid &= keep
         counted = w * valid
@@ -237,15 +258,15 @@ class ColumnarReduceCollection(StatefulCollection):
             new[f"hi{i}"] = np.where(e.valid, e.hi, 0)
             new[f"lo{i}"] = np.where(e.valid, e.lo, 0)
 
-    def _accumulate(self, i, a, rows, ids, ngroups, w, rec, masks) -> None:
+    def _accumulate(self, i, a, rows, ids, ngroups, w, rec, memo) -> None:
         """Add aggregate ``i``'s per-group deltas of this time to the records ``rec``."""
         if a.kind in ("min", "max"):
             return  # _extremes
-        keep = self._mask(rows, a.filter, masks)
+        keep = self._mask(rows, a.filter, memo)
         if a.kind == "count_star":
             rec[f"n{i}"] += K.group_sums(ids, ngroups, w if keep is None else w * keep)
             return
-        values = [r[a.arg] for r in rows]
+        values = self._values(rows, a.arg, memo)
         if a.kind == "count":
             valid = np.fromiter((v is not None for v in values), bool, len(values))
             rec[f"n{i}"] += K.group_sums(
@@ -393,6 +414,34 @@ def _decimal_column(lo: np.ndarray, hi: np.ndarray, scale: int, validity=None) -
     words = np.empty((len(lo), 2), dtype="<i8")
     words[:, 0], words[:, 1] = lo.view(np.int64), hi
     return pa.Array.from_buffers(pa.decimal128(38, scale), len(lo), [validity, pa.py_buffer(words)])
+
+
+def _specials(column: pa.Array) -> np.ndarray | None:
+    """Positions of a decimal key column holding a numeric NaN sentinel (None: none)."""
+    if not pa.types.is_decimal(column.type) or not len(column):
+        return None
+    words = np.frombuffer(column.buffers()[1], dtype="<i8", count=2 * (column.offset + len(column)))
+    words = words[2 * column.offset :].reshape(-1, 2)
+    special = value_counts.is_special(words[:, 1], words[:, 0].view(np.uint64))
+    special &= np.asarray(pc.is_valid(column), dtype=bool)
+    return np.flatnonzero(special) if special.any() else None
+
+
+def _key_values(column: pa.Array) -> list:
+    """A key column's Python values (its NaN sentinels as the shared numeric NaN)."""
+    special = _specials(column)
+    if special is None:
+        return to_python(column)
+    values = to_python(pc.if_else(_mask_of(special, len(column)), None, column))
+    for j in special.tolist():
+        values[j] = NUMERIC_NAN
+    return values
+
+
+def _mask_of(idx: np.ndarray, n: int) -> pa.Array:
+    m = np.zeros(n, dtype=bool)
+    m[idx] = True
+    return pa.array(m)
 
 
 def _as_decimals(lo: np.ndarray, hi: np.ndarray, scale: int) -> list[Decimal]:

@@ -158,13 +158,10 @@ class ValueCounts:
         if found:
             old[found] = np.frombuffer(b"".join(stored[j] for j in found), dtype="<i8")
         new = old + dw
-        put, delete = self.table.put, self.table.delete
+        keep = np.flatnonzero(new).tolist()
         counts = new.astype("<i8").view("V8").tolist()
-        for k, v, n in zip(entry_keys, counts, new.tolist(), strict=True):
-            if n:
-                put(k, v)
-            else:
-                delete(k)
+        self.table.put_many([entry_keys[j] for j in keep], [counts[j] for j in keep])
+        self.table.delete_many([entry_keys[j] for j in np.flatnonzero(new == 0).tolist()])
         alive, gone = new > 0, (new <= 0) & (old > 0)
         touched: set[bytes] | None = None
         for e in extremes:

@@ -288,6 +288,12 @@ class StateTable:
         self.store._batch.delete(key, self._handle)
         self.store._staged += 1
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        delete, handle = self.store._batch.delete, self._handle
+        for k in keys:
+            delete(k, handle)
+        self.store._staged += len(keys)
+
     def delete_prefix(self, prefix: bytes) -> None:
         succ = prefix_successor(prefix)
         if succ is None:

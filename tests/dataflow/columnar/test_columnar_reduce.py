@@ -54,7 +54,7 @@ def make_row(rng, nan=False, inf=False):
     return (
         pick(rng, ["a", "b", ""]),
         pick(rng, [1, 2, 3]),
-        pick(rng, [Decimal("1.00"), Decimal("2.50")]),
+        pick(rng, [Decimal("1.00"), Decimal("2.50")] + ([NUMERIC_NAN] if nan else [])),
         pick(rng, [0.0, -0.0, 1.5]),
         pick(rng, [-5, 0, 7, 100]),
         dec,
@@ -153,6 +153,11 @@ def test_columnar_reduce_equals_row_reduce(tmp_path, group, seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_numeric_nan_in_sums(tmp_path, seed):
     _drive(tmp_path, [T_KEY], AGGS[4:8], seed, nan=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_numeric_nan_in_group_keys(tmp_path, seed):
+    _drive(tmp_path, [D_KEY, T_KEY], AGGS, seed, nan=True)
 
 
 @pytest.mark.parametrize("seed", range(4))
