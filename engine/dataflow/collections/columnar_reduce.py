@@ -33,7 +33,7 @@ from engine.dataflow.aggregates import EXACT, Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.columnar import kernels as K
-from engine.dataflow.columnar import value_counts
+from engine.dataflow.columnar import key_columns, value_counts
 from engine.dataflow.columnar.arrow_types import (
     NUMERIC_TEXT,
     ColumnConversionError,
@@ -174,7 +174,7 @@ class ColumnarReduceCollection(StatefulCollection):
         try:
             return self._output_columns(firsts, old, retract, new, insert)
         except _NotColumnar:  # numeric NaN, an int sum past 64 bits: Python values
-            reps = list(zip(*map(_key_values, firsts), strict=True)) if firsts else [()]
+            reps = list(zip(*map(key_columns.key_values, firsts), strict=True)) if firsts else [()]
             return self._output_rows(reps, old, retract, new, insert)
 
     def _output_columns(self, firsts, old, retract, new, insert) -> DiffBatch:
@@ -183,7 +183,7 @@ class ColumnarReduceCollection(StatefulCollection):
         rec = np.concatenate([old[out_old], new[out_new]])
         take = pa.array(np.concatenate([out_old, out_new]))
         columns = [f.take(take) for f in firsts]
-        if any(_specials(c) is not None for c in columns):
+        if any(key_columns.has_specials(c) for c in columns):
             raise _NotColumnar
         columns += [self._final_column(i, a, rec) for i, a in enumerate(self.aggregates)]
         weights = np.concatenate(
@@ -207,17 +207,7 @@ class ColumnarReduceCollection(StatefulCollection):
         return DiffBatch(rows, weights)
 
     def _column(self, rows: list[tuple], i: int) -> pa.Array:
-        """Group key column ``i``; a numeric NaN (no decimal128 holds it) is kept as a sentinel
-        past every decimal128 value, so it groups apart from the numbers and equal to itself."""
-        values, typ = [r[i] for r in rows], self.column_types[i]
-        try:
-            return to_arrow_column(values, typ)
-        except ColumnConversionError:
-            if not pa.types.is_decimal(typ):
-                raise
-        hi, lo, valid = value_counts.wide_values(values, typ)
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        return _decimal_column(lo, hi, typ.scale, validity)
+        return key_columns.key_column([r[i] for r in rows], self.column_types[i])
 
     def _values(self, rows: list[tuple], arg: int, memo: dict) -> list:
         """Column ``arg`` of the time's rows (made once per time)."""
@@ -414,34 +404,6 @@ def _decimal_column(lo: np.ndarray, hi: np.ndarray, scale: int, validity=None) -
     words = np.empty((len(lo), 2), dtype="<i8")
     words[:, 0], words[:, 1] = lo.view(np.int64), hi
     return pa.Array.from_buffers(pa.decimal128(38, scale), len(lo), [validity, pa.py_buffer(words)])
-
-
-def _specials(column: pa.Array) -> np.ndarray | None:
-    """Positions of a decimal key column holding a numeric NaN sentinel (None: none)."""
-    if not pa.types.is_decimal(column.type) or not len(column):
-        return None
-    words = np.frombuffer(column.buffers()[1], dtype="<i8", count=2 * (column.offset + len(column)))
-    words = words[2 * column.offset :].reshape(-1, 2)
-    special = value_counts.is_special(words[:, 1], words[:, 0].view(np.uint64))
-    special &= np.asarray(pc.is_valid(column), dtype=bool)
-    return np.flatnonzero(special) if special.any() else None
-
-
-def _key_values(column: pa.Array) -> list:
-    """A key column's Python values (its NaN sentinels as the shared numeric NaN)."""
-    special = _specials(column)
-    if special is None:
-        return to_python(column)
-    values = to_python(pc.if_else(_mask_of(special, len(column)), None, column))
-    for j in special.tolist():
-        values[j] = NUMERIC_NAN
-    return values
-
-
-def _mask_of(idx: np.ndarray, n: int) -> pa.Array:
-    m = np.zeros(n, dtype=bool)
-    m[idx] = True
-    return pa.array(m)
 
 
 def _as_decimals(lo: np.ndarray, hi: np.ndarray, scale: int) -> list[Decimal]:
