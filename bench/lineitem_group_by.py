@@ -4,10 +4,14 @@ The input is TPC-H lineitem's aggregation columns (l_orderkey, l_quantity, l_ext
 l_discount: numeric(15,2), l_returnflag, l_linestatus: text) with 4 lines per order on average,
 in two shapes: grouped by l_orderkey as in Q18 (the many-groups case: ``rows / 4`` groups, a
 10k-diff batch touches ~5k groups chosen at random over all orders, so every changed group costs
-a state read and write) and by l_returnflag, l_linestatus as in Q1 (6 groups). Both collections
-load the same rows in 100k chunks, then apply the same update batches (each update of a line's
-quantity is -old +new); the figures are the median time per batch and diffs/s, side by side. The columnar run comes first so that the process RSS printed
-after loading 1M rows and after loading all rows is its own (growth within its cache budget).
+a state read and write) and by l_returnflag, l_linestatus as in Q1 (6 groups). Three runs load
+the same rows in 100k chunks, then apply the same update batches (each update of a line's
+quantity is -old +new): the row reduce and the columnar reduce fed tuple rows (as today's CDC
+reader delivers them: each time's columns are converted from Python values), and the columnar
+reduce fed Arrow columns (``columnar_in``: as a columnar source will deliver them). The figures
+are the median time per batch and diffs/s, side by side. The columnar run comes first so that the
+process RSS printed after loading 1M rows and after loading all rows is its own (growth within
+its cache budget).
 
     python -m bench.lineitem_group_by [--rows 6000000] [--batch 10000] [--batches 20]
 """
@@ -47,6 +51,7 @@ TYPES = [
     pa.string(),
     pa.string(),
 ]
+_FLAGS, _STATUSES = pa.array(["A", "N", "R"]), pa.array(["F", "O"])
 #: shape -> group key columns
 SHAPES = {"q18_by_orderkey": [0], "q1_by_flag_status": [4, 5]}
 
@@ -88,9 +93,40 @@ class Lineitem:
             )
         ]
 
-    def update_batch(self, diffs: int) -> DiffBatch:
+    def columns(self, idx) -> list[pa.Array]:
+        """The same rows as Arrow columns, as a columnar source delivers them."""
+
+        def numeric(unscaled: np.ndarray) -> pa.Array:
+            words = np.empty((len(unscaled), 2), dtype="<i8")
+            words[:, 0], words[:, 1] = unscaled, unscaled >> 63
+            return pa.Array.from_buffers(TYPES[1], len(unscaled), [None, pa.py_buffer(words)])
+
+        return [
+            pa.array(self.orderkey[idx]),
+            numeric(self.quantity[idx]),
+            numeric(self.price[idx]),
+            numeric(self.discount[idx]),
+            _FLAGS.take(pa.array(self.flag[idx])),
+            _STATUSES.take(pa.array(self.status[idx])),
+        ]
+
+    def batch(self, idx, columnar: bool) -> DiffBatch:
+        if not columnar:
+            return DiffBatch.inserts(self.tuples(idx))
+        cols = self.columns(idx)
+        return DiffBatch.from_columns(cols, np.ones(len(cols[0]), dtype=np.int64))
+
+    def update_batch(self, diffs: int, columnar: bool = False) -> DiffBatch:
         """``diffs // 2`` random lines get a new quantity: -old +new each."""
         idx = self.rng.choice(self.n, diffs // 2, replace=False)
+        if columnar:
+            old = self.columns(idx)
+            self.quantity[idx] = self.rng.integers(100, 5001, len(idx))
+            new = self.columns(idx)
+            weights = np.concatenate([np.full(len(idx), -1), np.ones(len(idx))]).astype(np.int64)
+            return DiffBatch.from_columns(
+                [pa.concat_arrays([o, n]) for o, n in zip(old, new, strict=True)], weights
+            )
         old = self.tuples(idx)
         self.quantity[idx] = self.rng.integers(100, 5001, len(idx))
         new = self.tuples(idx)
@@ -101,7 +137,7 @@ def _flow(root: Path, kind: str, cache_mb: int, group: list[int]) -> tuple[State
     store = StateStore(root / kind, cache_bytes=cache_mb << 20)
     df = Dataflow(store)
     a = df.input("lineitem")
-    if kind == "columnar":
+    if kind.startswith("columnar"):
         coll = ColumnarReduceCollection(group, AGGS, TYPES, cache_bytes=cache_mb << 20)
     else:
         coll = ReduceCollection(group, AGGS)
@@ -120,7 +156,7 @@ def run(
     chunk = 100_000
     for lo in range(0, rows, chunk):
         t += 1
-        df.push("lineitem", DiffBatch.inserts(data.tuples(slice(lo, lo + chunk))))
+        df.push("lineitem", data.batch(slice(lo, lo + chunk), kind == "columnar_in"))
         df.time_end(t)
         df.commit(t)
         if lo + chunk >= 1_000_000 and "1M" not in rss_at:
@@ -131,7 +167,7 @@ def run(
     rss_at["all"] = rss_mb()
     times = []
     for _ in range(batches):
-        d = data.update_batch(batch)
+        d = data.update_batch(batch, kind == "columnar_in")
         t += 1
         s = time.perf_counter()
         df.push("lineitem", d)
@@ -159,7 +195,7 @@ def bench(rows: int, batch: int, batches: int, cache_mb: int = 64) -> dict:
 def bench_shape(shape: str, rows: int, batch: int, batches: int, cache_mb: int) -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("columnar", "row"):
+        for kind in ("columnar", "columnar_in", "row"):
             out[kind] = run(kind, shape, rows, batch, batches, cache_mb, Path(tmp))
             gc.collect()
     print(f"\n== group-by count/sum/avg over lineitem, {shape}: {rows:,} rows")

@@ -43,6 +43,7 @@ from engine.dataflow.columnar.arrow_types import (
     unscaled_int64,
 )
 from engine.dataflow.columnar.group_table import GroupTable
+from engine.dataflow.columnar.time_columns import TimeColumns
 from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.store import StateStore
 from engine.numeric import (
@@ -138,11 +139,9 @@ class ColumnarReduceCollection(StatefulCollection):
         return self.process(time, [delta])
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
-        delta = deltas[0]
-        rows = delta.rows
-        n = len(rows)
-        w = np.asarray(delta.weights, dtype=np.int64)
-        key_cols = [self._column(rows, i) for i in self.group_key]
+        inp = TimeColumns(deltas[0], self.column_types)
+        n, w = inp.n, inp.weights
+        key_cols = [self._key_column(inp, i) for i in self.group_key]
         if key_cols:
             ids, first = K.group_index(key_cols)
             firsts = [K.normalize_floats(c.take(pa.array(first))) for c in key_cols]
@@ -158,11 +157,10 @@ class ColumnarReduceCollection(StatefulCollection):
             return DiffBatch()  # a global aggregate's row already exists
         new = old.copy()
         new["rows"] += K.group_sums(ids, ngroups, w)
-        memo: dict = {}  # the time's columns and FILTER masks, each made once
         for i, a in enumerate(self.aggregates):
-            self._accumulate(i, a, rows, ids, ngroups, w, new, memo)
+            self._accumulate(i, a, inp, ids, ngroups, new)
         for j, ((arg, filt), members) in enumerate(self.slots.items()):
-            self._extremes(j, arg, filt, members, rows, keys, ids, w, old, new, memo)
+            self._extremes(j, arg, filt, members, inp, keys, ids, old, new)
 
         if self.group_key:
             was, alive = present & (old["rows"] > 0), new["rows"] > 0
@@ -206,34 +204,24 @@ class ColumnarReduceCollection(StatefulCollection):
             weights += [weight] * len(idx)
         return DiffBatch(rows, weights)
 
-    def _column(self, rows: list[tuple], i: int) -> pa.Array:
-        return key_columns.key_column([r[i] for r in rows], self.column_types[i])
+    def _key_column(self, inp: TimeColumns, i: int) -> pa.Array:
+        col = inp.arrow(i)
+        if col is None:  # e.g. a numeric NaN
+            col = key_columns.key_column(inp.values(i), self.column_types[i])
+        return col
 
-    def _values(self, rows: list[tuple], arg: int, memo: dict) -> list:
-        """Column ``arg`` of the time's rows (made once per time)."""
-        v = memo.get(("values", arg))
-        if v is None:
-            v = memo[("values", arg)] = [r[arg] for r in rows]
-        return v
-
-    def _mask(self, rows: list[tuple], filt: int | None, memo: dict) -> np.ndarray | None:
-        """Rows passing FILTER column ``filt`` (None: no FILTER)."""
-        if filt is None:
-            return None
-        m = memo.get(("mask", filt))
-        if m is None:
-            m = np.fromiter((r[filt] is True for r in rows), bool, len(rows))
-            memo[("mask", filt)] = m
-        return m
-
-    def _extremes(self, j, arg, filt, members, rows, keys, ids, w, old, new, memo) -> None:
+    def _extremes(self, j, arg, filt, members, inp, keys, ids, old, new) -> None:
         """Min/max aggregates ``members`` over (``arg``, ``filt``): the value multiset of slot
         ``j`` takes the time's diffs and gives each group's new extremes."""
-        values = self._values(rows, arg, memo)
-        hi, lo, valid = value_counts.wide_values(values, self.column_types[arg])
-        keep = self._mask(rows, filt, memo)
+        col = inp.arrow(arg)
+        if col is not None:
+            hi, lo, valid = value_counts.wide_column(col)
+        else:
+            hi, lo, valid = value_counts.wide_exact(inp.values(arg), self.column_types[arg])
+        keep = inp.mask(filt)
         if keep is not None:
             valid &= keep
+        w = inp.weights
         counted = w * valid
         extremes = []
         for i in members:
@@ -248,23 +236,28 @@ class ColumnarReduceCollection(StatefulCollection):
             new[f"hi{i}"] = np.where(e.valid, e.hi, 0)
             new[f"lo{i}"] = np.where(e.valid, e.lo, 0)
 
-    def _accumulate(self, i, a, rows, ids, ngroups, w, rec, memo) -> None:
+    def _accumulate(self, i, a, inp: TimeColumns, ids, ngroups, rec) -> None:
         """Add aggregate ``i``'s per-group deltas of this time to the records ``rec``."""
         if a.kind in ("min", "max"):
             return  # _extremes
-        keep = self._mask(rows, a.filter, memo)
+        keep, w = inp.mask(a.filter), inp.weights
         if a.kind == "count_star":
             rec[f"n{i}"] += K.group_sums(ids, ngroups, w if keep is None else w * keep)
             return
-        values = self._values(rows, a.arg, memo)
         if a.kind == "count":
-            valid = np.fromiter((v is not None for v in values), bool, len(values))
+            valid = inp.valid(a.arg)
             rec[f"n{i}"] += K.group_sums(
                 ids, ngroups, w * (valid if keep is None else valid & keep)
             )
             return
         typ = self.column_types[a.arg]
-        col, nan = _sum_input(values, typ)
+        col = inp.arrow(a.arg)
+        values: list = []
+        if col is not None:
+            nan = np.zeros(inp.n, dtype=bool)
+        else:
+            values = inp.values(a.arg)
+            col, nan = _sum_input(values, typ)
         if col is not None:
             valid = np.asarray(pc.is_valid(col), dtype=bool)
         else:
@@ -291,6 +284,7 @@ class ColumnarReduceCollection(StatefulCollection):
             sums = K.group_sums(ids, ngroups, unscaled * counted)
             rec[f"lo{i}"], rec[f"hi{i}"] = K.add_int128(lo, hi, sums)
         except (OverflowError, ColumnConversionError):  # exact, in Python ints
+            values = values or inp.values(a.arg)
             weighted = [
                 _unscaled(v, typ) * c if c else 0
                 for v, c in zip(values, counted.tolist(), strict=True)

@@ -62,19 +62,26 @@ def wide_values(values: list, typ: pa.DataType) -> tuple[np.ndarray, np.ndarray,
     try:
         col = to_arrow_column(values, typ)
     except ColumnConversionError:  # numeric NaN or +-Infinity, or past decimal128
-        return _wide_exact(values, typ)
+        return wide_exact(values, typ)
+    return wide_column(col)
+
+
+def wide_column(col: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hi int64, lo uint64, valid) of an Arrow column of a supported type."""
     valid = np.asarray(pc.is_valid(col), dtype=bool)
     if pa.types.is_decimal(col.type):
         words = np.frombuffer(col.buffers()[1], dtype="<i8", count=2 * (col.offset + len(col)))
         words = words[2 * col.offset :].reshape(-1, 2)
-        return words[:, 1].copy(), words[:, 0].view(np.uint64).copy(), valid
+        hi, lo = words[:, 1].copy(), words[:, 0].view(np.uint64).copy()
+        hi[~valid], lo[~valid] = 0, 0
+        return hi, lo, valid
     if pa.types.is_temporal(col.type):
         col = col.view(pa.int32() if col.type.bit_width == 32 else pa.int64())
     v = np.asarray(pc.fill_null(col.cast(pa.int64()), 0), dtype=np.int64)
     return v >> 63, v.view(np.uint64), valid
 
 
-def _wide_exact(values: list, typ: pa.DataType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def wide_exact(values: list, typ: pa.DataType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     scale = typ.scale if pa.types.is_decimal(typ) else 0
     ints: list[int] = []
     for v in values:
