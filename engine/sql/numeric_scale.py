@@ -2,16 +2,19 @@
 
 Postgres numeric values carry their own display scale. A column of type numeric(p, s) holds only
 values of scale s; ``+`` and ``-`` give the larger scale of their operands, ``*`` the sum of
-them, an integer has scale 0, a literal its written decimals and a cast to numeric(p, s) scale
-s. Everything else (division, functions, unconstrained columns) has a value-dependent scale:
-``value_scale`` returns None there. The columnar collections use a known scale to hold numerics
-as exact scaled integers. This module must not evaluate anything.
+them, an integer has scale 0, a literal its written decimals, a cast to numeric(p, s) scale
+s and a cast to plain numeric the scale of its operand. Everything else (division, functions,
+unconstrained columns) has a value-dependent scale: ``value_scale`` returns None there. The
+columnar collections use a known scale to hold numerics as exact scaled integers. This module
+must not evaluate anything.
 
 >>> from sqlglot import parse_one
 >>> from engine.sql.types import SqlType, TypeKind
 >>> num = SqlType(TypeKind.NUMERIC, 15, 2)
 >>> value_scale(parse_one("a * (1 - b)"), lambda c: num)
 4
+>>> value_scale(parse_one("CAST(a AS numeric)"), lambda c: num)
+2
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def value_scale(e: exp.Expression, column_type: ColumnType) -> int | None:
                 return int(params[1].this) if isinstance(params[1], exp.Literal) else None
             if len(params) == 1:
                 return 0
-            return None
+            return value_scale(e.this, column_type)  # plain numeric keeps each value's scale
         if to.this in (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT):
             return 0
     return None

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from sqlglot import exp
 
 from engine.dataflow.aggregates import Aggregate as AggregateSpec
 from engine.dataflow.collections.anti_join import AntiJoinCollection
+from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
+from engine.dataflow.collections.columnar_distinct import supports as supports_columnar_distinct
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.collections.constant import ConstantCollection
@@ -47,6 +50,7 @@ from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_builder import and_all, conjuncts
+from engine.sql.types import SqlType, TypeKind
 
 
 @dataclass
@@ -92,6 +96,49 @@ def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
     q = e.table or None
     hits = [i for i, f in enumerate(fields) if f.name == e.name and (q is None or f.qualifier == q)]
     return hits[0] if len(hits) == 1 else None
+
+
+def value_arrow_types(plan: LogicalPlan) -> list[pa.DataType | None]:
+    """Per output column of ``plan``, the Arrow type holding its values exactly and in the one
+    representation each value has (``arrow_type``), None where there is none. A numeric needs
+    its scale fixed: a declared numeric(p, s) column, or a projected expression whose scale
+    ``value_scale`` derives (a projected numeric of any other scale gets None)."""
+    fields = plan.fields
+    if not isinstance(plan, lp.Project):
+        return [arrow_type(f.type) if isinstance(f.type, SqlType) else None for f in fields]
+    inner = plan.input.fields
+    out: list[pa.DataType | None] = []
+    for e, f in zip(plan.exprs, fields, strict=True):
+        t = f.type
+        if not isinstance(t, SqlType):
+            out.append(None)
+            continue
+        if t.kind is not TypeKind.NUMERIC:
+            out.append(arrow_type(t))
+            continue
+        scale = value_scale(e, lambda c: _column_type(c, inner))
+        declared = (t.scale or 0) if t.precision is not None else scale
+        out.append(arrow_type(t, scale) if scale is not None and scale == declared else None)
+    return out
+
+
+def _same_arrow_type(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
+    """The Arrow type of a UNION column whose branches have types ``a`` and ``b`` (None unless
+    every value of both has one representation in it: equal types, or numerics of one scale)."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
+    if pa.types.is_decimal(a) and pa.types.is_decimal(b) and a.scale == b.scale:
+        return pa.decimal128(max(a.precision, b.precision), a.scale)
+    return None
+
+
+def _distinct(types: list[pa.DataType | None]) -> DistinctCollection | ColumnarDistinctCollection:
+    """The columnar distinct where every column has an exact Arrow type, else the row one."""
+    if supports_columnar_distinct(types):
+        return ColumnarDistinctCollection(types)
+    return DistinctCollection()
 
 
 class _PhysicalPlanner:
@@ -320,14 +367,20 @@ class _PhysicalPlanner:
         return self.df.add(ReduceCollection(group, specs), up)
 
     def p_Distinct(self, plan: lp.Distinct) -> Node:
-        return self.df.add(DistinctCollection(), self.node(plan.input))
+        return self.df.add(_distinct(value_arrow_types(plan.input)), self.node(plan.input))
 
     def p_SetOperation(self, plan: lp.SetOperation) -> Node:
         left, right = self.node(plan.left), self.node(plan.right)
         if plan.kind == "union_all":
             return self.df.add(UnionCollection(2), left, right)
         if plan.kind == "union":
-            return self.df.add(DistinctCollection(), self.df.add(UnionCollection(2), left, right))
+            types = [
+                _same_arrow_type(lt, rt)
+                for lt, rt in zip(
+                    value_arrow_types(plan.left), value_arrow_types(plan.right), strict=True
+                )
+            ]
+            return self.df.add(_distinct(types), self.df.add(UnionCollection(2), left, right))
         return self.df.add(SetOperationCollection(plan.kind), left, right)
 
     # -- ordering -------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Which GROUP BYs the physical planner sends to the columnar reduce (on a real catalog).
+"""Which GROUP BYs and DISTINCTs the physical planner sends to the columnar collections (on a
+real catalog).
 
 Correctness of those plans is the planner oracle's job (tests/sql/test_planner_oracle.py runs
-``agg-columnar`` and friends against Postgres); this checks the choice itself, so that a silent
-fallback to the row path cannot pass unnoticed.
+``agg-columnar``, ``distinct-columnar`` and friends against Postgres); this checks the choice
+itself, so that a silent fallback to the row path cannot pass unnoticed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,23 @@ ROW = [
     "SELECT status, count(DISTINCT qty) AS n FROM orders GROUP BY status",
 ]
 
+DISTINCT_COLUMNAR = [
+    "SELECT DISTINCT customer_id, amount, created, status FROM orders",
+    "SELECT DISTINCT discount, qty > 2 AS big FROM orders",  # floats keep -0.0 in the record
+    "SELECT DISTINCT amount * qty - 1.5 AS t FROM orders",  # a numeric of a derived scale
+    "SELECT customer_id AS x FROM orders UNION SELECT id FROM customers",
+    "SELECT amount FROM orders UNION SELECT price FROM order_items",  # numeric(10,2) / (8,2)
+    "SELECT region FROM customers UNION SELECT status FROM orders UNION SELECT 'none'",
+    "SELECT DISTINCT wall, day FROM events",
+]
+DISTINCT_ROW = [
+    "SELECT DISTINCT amount / 3 AS k FROM orders",  # numeric of a value-dependent scale
+    "SELECT DISTINCT at FROM events",  # timestamptz
+    "SELECT DISTINCT interval '1 day' * qty AS i FROM orders",  # interval
+    "SELECT qty FROM orders UNION SELECT amount FROM orders",  # scale 0 and scale 2
+    "SELECT DISTINCT CASE WHEN qty > 1 THEN amount ELSE 0 END AS x FROM orders",
+]
+
 
 @pytest.fixture(scope="module")
 def catalog(pg_server):
@@ -42,7 +60,9 @@ def catalog(pg_server):
     try:
         with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
             conn.execute(DDL)
-            yield catalog_from_postgres(conn, ["customers", "products", "orders", "order_items"])
+            yield catalog_from_postgres(
+                conn, ["customers", "products", "orders", "order_items", "events"]
+            )
     finally:
         pg_server.drop_database(name)
 
@@ -60,3 +80,15 @@ def test_columnar_reduce_is_chosen(sql, catalog):
 def test_row_reduce_where_columnar_cannot(sql, catalog):
     plan = _physical(sql, catalog)
     assert "Reduce:" in plan and "Reduce (columnar)" not in plan
+
+
+@pytest.mark.parametrize("sql", DISTINCT_COLUMNAR)
+def test_columnar_distinct_is_chosen(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "Distinct (columnar)" in plan and "Distinct  [" not in plan
+
+
+@pytest.mark.parametrize("sql", DISTINCT_ROW)
+def test_row_distinct_where_columnar_cannot(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "Distinct  [" in plan and "Distinct (columnar)" not in plan

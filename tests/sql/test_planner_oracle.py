@@ -331,7 +331,21 @@ QUERIES = [
         "ORDER BY customer_id, amount DESC NULLS LAST, id",
         id="distinct-on",
     ),
+    Q(  # the columnar distinct: ints, numerics of a declared or derived scale, dates, text
+        "SELECT DISTINCT customer_id, amount, created, status FROM orders",
+        id="distinct-columnar",
+    ),
+    Q(
+        "SELECT DISTINCT discount, amount * qty - 1.5 AS t, qty > 2 AS big FROM orders",
+        id="distinct-columnar-float-bool-derived-scale",
+    ),
+    Q("SELECT DISTINCT wall, day, kind FROM events", id="distinct-columnar-timestamp"),
     # -- set operations -------------------------------------------------------------------------
+    Q(
+        "SELECT amount AS v, created AS d FROM orders "
+        "UNION SELECT price, NULL::date FROM order_items",
+        id="union-columnar-numeric-scales",
+    ),
     Q("SELECT customer_id AS x FROM orders UNION SELECT id FROM customers", id="union"),
     Q(
         "SELECT id, 'order' AS kind, amount AS v FROM orders "
