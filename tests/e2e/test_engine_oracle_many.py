@@ -228,9 +228,9 @@ def run_engine_oracle(
                 check(f"after batch {batch}")
             # the comparison itself sees a tampered result table
             target = next(
-                n for n in names if conn.execute(f"SELECT count(*) FROM {n}").fetchone()[0]
+                n for n in names if conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]
             )
-            conn.execute(f"DELETE FROM {target} WHERE ctid = (SELECT min(ctid) FROM {target})")
+            conn.execute(f'DELETE FROM "{target}" WHERE ctid = (SELECT min(ctid) FROM "{target}")')
             assert diff_counts(conn, target, VIEWS[target]) == (1, 0)
     return during.committed, work.truncates
 

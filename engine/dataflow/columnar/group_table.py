@@ -15,7 +15,7 @@ what the record's fields mean.
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import islice, repeat
 
 import numpy as np
 
@@ -43,8 +43,8 @@ class GroupTable:
         read as zeros). The next ``store`` must be for the same keys."""
         self._check_generation()
         self._evict(len(keys))
-        get = self._slot.get
-        slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        n = len(keys)
+        slots = np.fromiter(map(self._slot.get, keys, repeat(-1, n)), dtype=np.int64, count=n)
         hit = slots >= 0
         out = np.zeros(len(keys), dtype=self.dtype)
         out[hit] = self._records[slots[hit]]
@@ -66,23 +66,20 @@ class GroupTable:
         slots = self._fetched
         if len(slots) != len(keys):
             raise RuntimeError("GroupTable.store() must follow fetch() of the same keys")
-        table = self.table
+        live = np.flatnonzero(alive).tolist()
+        dead = np.flatnonzero(~alive).tolist()
         values = records.view(f"V{self.dtype.itemsize}").tolist() if len(records) else []
-        put, delete = table.put, table.delete
+        self.table.put_many([keys[i] for i in live], [values[i] for i in live])
+        self.table.delete_many([keys[i] for i in dead])
         slot_of, free = self._slot, self._free
-        for i, (k, v, a) in enumerate(zip(keys, values, alive.tolist(), strict=True)):
-            s = slots[i]
-            if a:
-                put(k, v)
-                if s < 0:
-                    s = slots[i] = free.pop() if free else self._grow()
-                    slot_of[k] = s
-            else:
-                delete(k)
-                if s >= 0:
-                    del slot_of[k]
-                    free.append(s)
-                    slots[i] = -1
+        for i in np.flatnonzero(~alive & (slots >= 0)).tolist():  # dead groups leave the cache
+            del slot_of[keys[i]]
+            free.append(int(slots[i]))
+            slots[i] = -1
+        for i in np.flatnonzero(alive & (slots < 0)).tolist():  # new groups enter it
+            s = free.pop() if free else self._grow()
+            slots[i] = s
+            slot_of[keys[i]] = s
         kept = slots >= 0
         self._records[slots[kept]] = records[kept]
         self._fetched = np.empty(0, dtype=np.int64)
