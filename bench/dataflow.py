@@ -44,6 +44,7 @@ from engine.dataflow.collections.filter import FilterCollection
 from engine.dataflow.collections.join import InnerJoinCollection
 from engine.dataflow.collections.map import MapCollection
 from engine.dataflow.collections.reduce import ReduceCollection
+from engine.dataflow.collections.top_k import TopKCollection
 from engine.dataflow.graph import Dataflow
 from engine.dataflow.state.store import StateStore
 
@@ -295,6 +296,50 @@ def bench_distinct(rows: int, batch: int, batches: int, rng: random.Random) -> N
     print(f"  columnar / row: {col / row:.1f}x")
 
 
+def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None:
+    """(f) per-partition top-k (``row_number() OVER (PARTITION BY g ORDER BY v DESC) <= 10``):
+    ``rows`` rows in ``rows / 100`` partitions, update batches move ``batch / 2`` rows to a new v
+    (-old +new). The row TopKCollection: the baseline a columnar top-k has to beat."""
+    groups = max(1, rows // 100)
+    data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
+    gc.freeze()
+
+    def build(df):
+        a = df.input("a")
+        df.build(df.add(TopKCollection([1], [2], [True], limit=10), a))
+        return [a]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        p = Pipeline(root, "top_k", build)
+        load_s = load(p, {"a": data})
+        print(f"\n(top-k: loaded {fmt(rows)} rows in {fmt(groups)} partitions in {load_s:.1f} s)")
+        times = []
+        for _ in range(batches):
+            d = DiffBatch()
+            for _ in range(batch // 2):
+                i = rng.randrange(rows)
+                old = data[i]
+                new = (old[0], old[1], rng.randrange(10**6))
+                data[i] = new
+                d.rows += [old, new]
+                d.weights += [-1, 1]
+            dt, _ = p.apply({"a": d})
+            times.append(dt)
+        p.close()
+        scratch = Pipeline(root, "top_k_scratch", build)
+        scratch_s, _ = scratch.apply({"a": DiffBatch.inserts(data)})
+        scratch.close()
+    start = time.perf_counter()
+    parts: dict = {}
+    for r in data:
+        parts.setdefault(r[1], []).append(r)
+    top = [sorted(rs, key=lambda r: -r[2])[:10] for rs in parts.values()]
+    python_s = time.perf_counter() - start
+    assert sum(map(len, top)) <= 10 * groups
+    report(f"(top_k_row) top-10 per partition, {fmt(rows)} rows", times, batch, scratch_s, python_s)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -302,7 +347,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--only", choices=["filter_map", "join", "group_by", "distinct", "lineitem"])
+    ap.add_argument(
+        "--only", choices=["filter_map", "join", "group_by", "distinct", "top_k", "lineitem"]
+    )
     ap.add_argument("--lineitem-rows", type=int, default=6_000_000)
     ap.add_argument("--json", action="store_true", help="print and save the figures as JSON")
     ap.add_argument("--cache-mb", type=int, default=256, help="RocksDB block cache per view")
@@ -320,6 +367,8 @@ def main() -> None:
         bench_group_by(args.rows, args.batch, args.batches, rng)
     if args.only in (None, "distinct"):
         bench_distinct(args.rows, args.batch, args.batches, rng)
+    if args.only in (None, "top_k"):
+        bench_top_k(args.rows, args.batch, args.batches, rng)
     result: dict = {}
     if args.only in (None, "lineitem"):
         li = lineitem_group_by.bench(args.lineitem_rows, args.batch, args.batches)
