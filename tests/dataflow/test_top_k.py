@@ -270,6 +270,50 @@ def test_row_number_reads_are_bounded_by_k_offset_and_delta(state_dir):
         store.close()
 
 
+def test_changes_past_the_selection_skip_the_partition(state_dir):
+    """A partition whose changes all lie after its offset+limit-th entry is not scanned and
+    emits nothing; a change inside the selection (or at its last entry) is applied; the bounds
+    survive a reopen and a rolled-back time."""
+    rows = [("p", i) for i in range(50)] + [("q", i) for i in range(2)]
+    store = StateStore(state_dir)
+    try:
+        df = Dataflow(store)
+        topk = TopKCollection([0], [1], [False], limit=3, offset=1)
+        df.build(df.add(topk, df.input("in")))
+        df.push("in", DiffBatch.inserts(rows))
+        df.time_end(1)
+        df.commit(1)
+        read = topk.rows.entries_read
+        df.push("in", DiffBatch([("p", 10), ("p", 99), ("q", 5)], [-1, 1, 1]))
+        out = df.time_end(2)
+        df.commit(2)
+        assert out.diffs.counts() == {("q", 5): 1}  # q has no bound (2 rows < 4): scanned
+        assert topk.skipped == 1 and topk.rows.entries_read - read <= 2
+    finally:
+        store.close()
+    store = StateStore(state_dir)  # selection of p: 1, 2, 3 (offset 1); its bound: 3
+    try:
+        df = Dataflow(store)
+        topk = TopKCollection([0], [1], [False], limit=3, offset=1)
+        df.build(df.add(topk, df.input("in")))
+        df.push("in", DiffBatch([("p", 2)], [-1]))
+        df.time_end(3)
+        df.abort()  # the sink failed: the time runs again with other diffs
+        df.push("in", DiffBatch([("p", 3)], [-1]))  # the last selected entry itself
+        assert df.time_end(3).diffs.counts() == {("p", 3): -1, ("p", 4): 1}
+        df.commit(3)
+        df.push("in", DiffBatch([("p", 20), ("p", 30)], [-1, 1]))  # past the new bound (4)
+        assert df.time_end(4).diffs.counts() == {}
+        df.commit(4)
+        assert topk.skipped == 1
+        df.push("in", DiffBatch([("p", 7), ("p", 0)], [-1, -1]))  # past it, and before it
+        assert df.time_end(5).diffs.counts() == {("p", 1): -1, ("p", 5): 1}
+        df.commit(5)
+        assert topk.skipped == 1
+    finally:
+        store.close()
+
+
 def test_describe():
     c = TopKCollection([0], [2], [True], limit=3)
     assert c.describe() == "TopK: partition=[0] order=[2 DESC] limit=3"

@@ -25,7 +25,7 @@ from engine.dataflow.state.sorted_partitions import (
     order_description,
     order_spec,
 )
-from engine.dataflow.state.store import StateStore
+from engine.dataflow.state.store import StateStore, StateTable
 
 RANK_KINDS = ("row_number", "rank", "dense_rank")
 
@@ -62,13 +62,18 @@ class TopKCollection(StatefulCollection):
         #: the last selected position (row_number) or rank value; None: unbounded
         self._hi = None if limit is None else offset + limit
         self.rows: SortedPartitions | None = None
+        self.bounds: StateTable | None = None
+        #: partitions whose selection was left as it was this time (their changes lay past it)
+        self.skipped = 0
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
-        assert self.table is not None
+        assert self.table is not None and store is not None
         self.rows = SortedPartitions(
             self.table, self.partition_key, self.order_by, self.descending, self.nulls_first
         )
+        if self.rank_kind == "row_number" and self._hi is not None and self._hi > self.offset:
+            self.bounds = store.table(f"{self.name}.bounds", "point")
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
         state = self.rows
@@ -76,23 +81,54 @@ class TopKCollection(StatefulCollection):
         select = self._select_row_number if self.rank_kind == "row_number" else self._select_ranked
         acc: dict[Row, int] = {}
         get = acc.get
-        for prefix, changes in state.changes(deltas[0]).items():
+        by_partition = state.changes(deltas[0])
+        bounds = self._read_bounds(list(by_partition))
+        for prefix, changes in by_partition.items():
+            bound = bounds.get(prefix)
+            if bound is not None and all(c[0] > bound for c in changes):
+                self.skipped += 1  # every change lies past the selection's last entry
+                state.stage(changes)
+                continue
             old_scan, new_scan = tee(state.committed(prefix))
             for r, c in select(old_scan):
                 acc[r] = get(r, 0) - c
-            for r, c in select(state.merged(new_scan, changes)):
+            last: list[bytes] = []
+            for r, c in select(state.merged(new_scan, changes), last):
                 acc[r] = get(r, 0) + c
             state.stage(changes)
+            self._stage_bound(prefix, bound, last[0] if last else None)
         return DiffBatch.from_counts(acc)
 
+    # -- where a partition's selection ends (row_number with a limit) ----------------------------
+    # Per partition, the key of the entry holding position offset+limit. A change whose key comes
+    # after it can neither enter the selection nor move a selected row, so a time whose changes
+    # to a partition all lie past it skips that partition's scan. The bounds are in their own
+    # column family, committed with the rest of the state; a partition holding fewer rows than
+    # offset+limit has none (it is always scanned), and a state without bounds reads as that.
+    def _read_bounds(self, prefixes: list[bytes]) -> dict[bytes, bytes]:
+        if self.bounds is None or not prefixes:
+            return {}
+        got = self.bounds.get_many(prefixes)
+        return {p: b for p, b in zip(prefixes, got, strict=True) if b is not None}
+
+    def _stage_bound(self, prefix: bytes, old: bytes | None, new: bytes | None) -> None:
+        if self.bounds is None or old == new:
+            return
+        if new is None:
+            self.bounds.delete(prefix)
+        else:
+            self.bounds.put(prefix, new)
+
     # -- selections (consume only as many entries as they need) -------------------------------
-    def _select_row_number(self, entries: Iterable[Entry]) -> Selection:
+    def _select_row_number(self, entries: Iterable[Entry], last: list | None = None) -> Selection:
+        """The selected (row, count)s; appends to ``last`` the key of the entry holding the last
+        selected position, if the partition reaches it."""
         lo, hi = self.offset, self._hi
         out: Selection = []
         if hi is not None and hi <= lo:
             return out
         pos = 0
-        for _, row, count, _ in entries:
+        for key, row, count, _ in entries:
             end = pos + count
             if end > lo:
                 a = pos if pos > lo else lo
@@ -103,10 +139,12 @@ class TopKCollection(StatefulCollection):
                     out.append((row, b - a))
             pos = end
             if hi is not None and pos >= hi:
+                if last is not None:
+                    last.append(key)
                 break
         return out
 
-    def _select_ranked(self, entries: Iterable[Entry]) -> Selection:
+    def _select_ranked(self, entries: Iterable[Entry], last: list | None = None) -> Selection:
         lo, hi = self.offset, self._hi
         out: Selection = []
         if hi is not None and hi <= lo:
