@@ -8,6 +8,8 @@
   compares the accumulated output with a from-scratch recomputation of the operator over the
   accumulated inputs. With ``reopen_every`` it closes the state store and rebuilds the dataflow
   from disk between times, proving that state survives a restart.
+* ``SideBySide``: the same inputs through two implementations of a collection (the row one and
+  a columnar one), each in its own dataflow and state directory, reopened from disk on demand.
 
 No pytest here: tests import these and assert.
 """
@@ -164,3 +166,41 @@ def run_once(build: BuildFn, batches: list[list[DiffBatch]], state_dir: Path) ->
         return outs
     finally:
         store.close()
+
+
+class SideBySide:
+    """One dataflow per kind (e.g. "row", "col"), each on ``root / kind``; ``build(kind, df)``
+    adds that kind's collection and inputs. Use as a context manager: the stores close at exit."""
+
+    def __init__(self, root: Path, build: Callable[[str, Dataflow], None], kinds=("row", "col")):
+        self.root, self.build, self.kinds = root, build, tuple(kinds)
+        self.stores: dict[str, StateStore] = {}
+        self.flows: dict[str, Dataflow] = {}
+        for kind in self.kinds:
+            self._open(kind)
+
+    def _open(self, kind: str) -> None:
+        store = StateStore(self.root / kind)
+        df = Dataflow(store)
+        self.build(kind, df)
+        self.stores[kind], self.flows[kind] = store, df
+
+    def reopen(self) -> None:
+        """Close every store and rebuild every dataflow from its state on disk."""
+        for kind in self.kinds:
+            self.stores[kind].close()
+            self._open(kind)
+
+    def reopen_every(self, t: int, n: int) -> None:
+        if n and t % n == 0:
+            self.reopen()
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+
+    def __enter__(self) -> SideBySide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

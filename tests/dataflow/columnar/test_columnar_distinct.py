@@ -31,7 +31,7 @@ from engine.dataflow.graph import Dataflow
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.dataflow.state.keycodec import normalize_key
 from engine.dataflow.state.store import StateStore
-from engine.dataflow.testing import RandomTable, ZSetSink, pick
+from engine.dataflow.testing import RandomTable, SideBySide, ZSetSink, pick
 
 # int, numeric(12,2), float, date, timestamp, text, bool
 TYPES = [
@@ -120,21 +120,16 @@ def _drive(tmp_path, cols, seed, times=60, odd=False, negative=False, reopen_eve
         return tuple(full[i] for i in cols)
 
     table = RandomTable(make, rng, max_changes=14)
-    stores, flows = {}, {}
     sinks = {"row": ZSetSink(), "col": ZSetSink()}
     raw = ZSetSink()  # the columnar output under SQL equality
     owed: list = []
 
-    def open_(kind):
-        store = StateStore(tmp_path / kind)
-        df = Dataflow(store)
+    def build(kind, df):
         coll = DistinctCollection() if kind == "row" else ColumnarDistinctCollection(types)
         df.build(df.add(coll, df.input("a")))
-        stores[kind], flows[kind] = store, df
 
-    for kind in sinks:
-        open_(kind)
-    try:
+    with SideBySide(tmp_path, build) as pair:
+        flows = pair.flows
         for t in range(1, times + 1):
             batch = _stir(table.step(), rng, make, owed, negative)
             feeds, outs = {"row": batch, "col": batch}, {}
@@ -162,13 +157,7 @@ def _drive(tmp_path, cols, seed, times=60, odd=False, negative=False, reopen_eve
                 for r, n in raw.rows.items():
                     got_rows[normalize_key(r)] += n
                 assert got_rows == want_rows, f"time {t}: {got_rows - want_rows}"
-            if t % reopen_every == 0:
-                for kind in list(flows):
-                    stores[kind].close()
-                    open_(kind)
-    finally:
-        for s in stores.values():
-            s.close()
+            pair.reopen_every(t, reopen_every)
     return sinks["col"]
 
 

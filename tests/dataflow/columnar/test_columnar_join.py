@@ -31,7 +31,7 @@ from engine.dataflow.errs import error_message
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import StateStore
-from engine.dataflow.testing import RandomTable, pick
+from engine.dataflow.testing import RandomTable, SideBySide, pick
 
 # left: int key, numeric(8,2) key, text key, date, float, numeric(12,2), timestamp, float key
 LEFT = [
@@ -164,28 +164,20 @@ def _drive(tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_eve
     rng = random.Random(seed)
     lt = RandomTable(lambda r: left_row(r, nan_ratio), rng, max_changes=10)
     rt = RandomTable(lambda r: right_row(r, nan_ratio), rng, max_changes=10)
-    stores, flows = {}, {}
     outs = {"row": Counter(), "col": Counter()}
     errs = {"row": Counter(), "col": Counter()}
     lefts, rights = Counter(), Counter()
 
-    def open_(kind):
-        from engine.dataflow.graph import Dataflow
-
-        store = StateStore(tmp_path / kind)
-        df = Dataflow(store)
-        a, b = df.input("l"), df.input("r")
+    def build(kind, df):
         coll = (
             InnerJoinCollection(lk, rk, residual)
             if kind == "row"
             else ColumnarInnerJoinCollection(lk, rk, LEFT, RIGHT, residual)
         )
-        df.build(df.add(coll, a, b))
-        stores[kind], flows[kind] = store, df
+        df.build(df.add(coll, df.input("l"), df.input("r")))
 
-    for kind in outs:
-        open_(kind)
-    try:
+    with SideBySide(tmp_path, build) as pair:
+        flows = pair.flows
         for t in range(1, times + 1):
             dl, dr = lt.step(), rt.step()
             if rng.random() < 0.3:  # weights above 1
@@ -222,13 +214,7 @@ def _drive(tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_eve
             want, want_errs = reference(lefts, rights, lk, rk, residual)
             assert outs["col"] == want, f"time {t}: {outs['col'] - want} vs {want - outs['col']}"
             assert errs["col"] == want_errs
-            if t % reopen_every == 0:
-                for kind in list(flows):
-                    stores[kind].close()
-                    open_(kind)
-    finally:
-        for s in stores.values():
-            s.close()
+            pair.reopen_every(t, reopen_every)
     return outs["col"]
 
 

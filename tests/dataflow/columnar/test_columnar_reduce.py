@@ -25,7 +25,7 @@ from engine.dataflow.columnar.arrow_types import to_arrow_column
 from engine.dataflow.graph import Dataflow
 from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.store import StateStore
-from engine.dataflow.testing import RandomTable, ZSetSink, pick
+from engine.dataflow.testing import RandomTable, SideBySide, ZSetSink, pick
 
 # columns: text key, int key, numeric(8,2) key, float key, int arg, numeric(12,2) arg, flag, big int,
 # date, timestamp
@@ -107,23 +107,18 @@ def _drive(
 ):
     rng = random.Random(seed)
     table = RandomTable(lambda r: make_row(r, nan, inf), rng, max_changes=12)
-    stores, flows, sinks = {}, {}, {"row": ZSetSink(), "col": ZSetSink()}
+    sinks = {"row": ZSetSink(), "col": ZSetSink()}
 
-    def open_(kind):
-        store = StateStore(tmp_path / kind)
-        df = Dataflow(store)
-        a = df.input("a")
+    def build(kind, df):
         coll = (
             ReduceCollection(group, aggs)
             if kind == "row"
             else ColumnarReduceCollection(group, aggs, TYPES)
         )
-        df.build(df.add(coll, a))
-        stores[kind], flows[kind] = store, df
+        df.build(df.add(coll, df.input("a")))
 
-    for kind in sinks:
-        open_(kind)
-    try:
+    with SideBySide(tmp_path, build) as pair:
+        flows = pair.flows
         for t in range(1, times + 1):
             batch = table.step()
             if rng.random() < 0.1:  # a time whose sink fails: rolled back, then replayed
@@ -141,13 +136,7 @@ def _drive(
             got = Counter({_norm(r): n for r, n in sinks["col"].rows.items()})
             want = Counter({_norm(r): n for r, n in sinks["row"].rows.items()})
             assert got == want, f"time {t}: columnar {got - want} vs row {want - got}"
-            if t % reopen_every == 0:
-                for kind in list(flows):
-                    stores[kind].close()
-                    open_(kind)
-    finally:
-        for s in stores.values():
-            s.close()
+            pair.reopen_every(t, reopen_every)
     return sinks["col"]
 
 
