@@ -24,6 +24,8 @@ COLUMNAR = [
     "JOIN orders o ON o.id = i.order_id JOIN customers c ON c.id = o.customer_id GROUP BY c.region",
     "SELECT customer_id, min(amount) AS m, max(created) AS c, max(qty * 2) AS q FROM orders "
     "GROUP BY customer_id",
+    "SELECT status, count(DISTINCT qty) AS n, count(DISTINCT amount) AS na FROM orders "
+    "GROUP BY status",
 ]
 ROW = [
     "SELECT customer_id, min(discount) AS m FROM orders GROUP BY customer_id",  # float
@@ -31,7 +33,7 @@ ROW = [
     "SELECT status, sum(discount) AS d FROM orders GROUP BY status",  # float
     "SELECT status, sum(amount / qty) AS d FROM orders GROUP BY status",  # scale from division
     "SELECT amount / 3 AS k, count(*) AS n FROM orders GROUP BY amount / 3",  # key of no scale
-    "SELECT status, count(DISTINCT qty) AS n FROM orders GROUP BY status",
+    "SELECT status, count(DISTINCT discount) AS n FROM orders GROUP BY status",  # float
 ]
 
 DISTINCT_COLUMNAR = [

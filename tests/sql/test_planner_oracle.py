@@ -253,6 +253,12 @@ QUERIES = [
         "FROM orders",
         id="agg-columnar-min-max-global",
     ),
+    Q(  # the columnar reduce's count(DISTINCT): values whose count rises from or falls to zero
+        "SELECT status, count(DISTINCT customer_id) AS c, count(DISTINCT amount) AS a, "
+        "count(DISTINCT created) FILTER (WHERE qty > 2) AS d, min(amount) AS lo, count(*) AS n "
+        "FROM orders GROUP BY status",
+        id="agg-columnar-count-distinct",
+    ),
     Q(
         "SELECT c.segment, count(DISTINCT o.customer_id) AS buyers, "
         "count(DISTINCT o.status) AS statuses FROM orders o "

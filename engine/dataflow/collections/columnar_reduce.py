@@ -3,9 +3,10 @@
 The same contract and output as ``ReduceCollection`` (one row per group: the group key, then the
 aggregates; ``-old +new`` when a group's row changes) for the aggregates that decompose into
 fixed-width sums: ``count(*)``, ``count(x)``, ``sum(x)`` and ``avg(x)`` over integers and
-numerics of a known scale, each with an optional FILTER column; and ``min(x)``/``max(x)`` over
-integers, numerics of a known scale, dates and timestamps, whose per-group value multisets live
-in ``columnar.value_counts`` (the record keeps the current extreme). A time's delta is turned into
+numerics of a known scale, each with an optional FILTER column; and ``min(x)``, ``max(x)`` and
+``count(DISTINCT x)`` over integers, numerics of a known scale, dates and timestamps, whose
+per-group value multisets live in ``columnar.value_counts`` (the record keeps the current
+extreme, or the number of distinct values). A time's delta is turned into
 Arrow columns once; ``kernels.group_index`` finds its groups, per-group sums are numpy
 reductions, the groups' records (row count; per aggregate a count, or a non-NULL count, an exact
 128-bit sum of the unscaled values and a numeric-NaN count) come from ``GroupTable`` in one
@@ -13,7 +14,7 @@ batch read and go back in one write batch. No pickle, no Decimal arithmetic per 
 runs per *group* only to turn changed records into output rows (avg's Postgres division scale).
 
 ``supports(...)`` says whether a GROUP BY can run here; the physical planner falls back to
-``ReduceCollection`` otherwise (count DISTINCT, string_agg, bool_*, floats, min/max of text,
+``ReduceCollection`` otherwise (string_agg, bool_*, floats, min/max/count DISTINCT of text,
 numeric of unknown scale, group keys without an exact Arrow type). This collection must not emit a row it
 could not rebuild from the group's record and key: the key values of the output come from the
 time's input rows, which is exact because every supported key type has one representation per
@@ -52,7 +53,9 @@ from engine.numeric import (
     pg_numeric_div_texts,
 )
 
-_KINDS = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
+_KINDS = frozenset({"count_star", "count", "sum", "avg", "min", "max", "count_distinct"})
+#: aggregates computed from a per-group multiset of their argument's values (value_counts)
+_MULTISET_KINDS = frozenset({"min", "max", "count_distinct"})
 _GLOBAL_KEY = b"\x00global"
 
 
@@ -72,7 +75,7 @@ def supports(
             t = column_types[a.arg]
             if t is None or not (pa.types.is_integer(t) or pa.types.is_decimal(t)):
                 return False
-        if a.kind in ("min", "max") and not value_counts.supports(column_types[a.arg]):
+        if a.kind in _MULTISET_KINDS and not value_counts.supports(column_types[a.arg]):
             return False
     return True
 
@@ -112,10 +115,11 @@ class ColumnarReduceCollection(StatefulCollection):
                 fields.append((f"n{i}", "<i8"))
         self.dtype = np.dtype(fields)
         self.groups: GroupTable | None = None
-        #: (argument, FILTER) of the min/max aggregates -> their indices (one value multiset each)
+        #: (argument, FILTER) of the min/max/count(DISTINCT) aggregates -> their indices (one value
+        #: multiset each)
         self.slots: dict[tuple[int, int | None], list[int]] = {}
         for i, a in enumerate(self.aggregates):
-            if a.kind in ("min", "max"):
+            if a.kind in _MULTISET_KINDS:
                 self.slots.setdefault((a.arg, a.filter), []).append(i)
         self.multisets: list[value_counts.ValueCounts] = []
 
@@ -223,22 +227,30 @@ class ColumnarReduceCollection(StatefulCollection):
             valid &= keep
         w = inp.weights
         counted = w * valid
-        extremes = []
+        extremes: dict[int, value_counts.Extreme] = {}
         for i in members:
+            kind = self.aggregates[i].kind
+            if kind == "count_distinct":
+                continue
             new[f"n{i}"] += K.group_sums(ids, len(keys), counted)
-            descending = self.aggregates[i].kind == "max"
-            extremes.append(
-                value_counts.Extreme(descending, old[f"hi{i}"], old[f"lo{i}"], old[f"n{i}"] > 0)
+            extremes[i] = value_counts.Extreme(
+                kind == "max", old[f"hi{i}"], old[f"lo{i}"], old[f"n{i}"] > 0
             )
         sel = np.flatnonzero(counted)
-        self.multisets[j].step(keys, ids[sel], hi[sel], lo[sel], w[sel], extremes)
-        for i, e in zip(members, extremes, strict=True):
-            new[f"hi{i}"] = np.where(e.valid, e.hi, 0)
-            new[f"lo{i}"] = np.where(e.valid, e.lo, 0)
+        distinct = self.multisets[j].step(
+            keys, ids[sel], hi[sel], lo[sel], w[sel], list(extremes.values())
+        )
+        for i in members:
+            e = extremes.get(i)
+            if e is None:  # count(DISTINCT): values whose count rose from 0, minus those that fell
+                new[f"n{i}"] += distinct
+            else:
+                new[f"hi{i}"] = np.where(e.valid, e.hi, 0)
+                new[f"lo{i}"] = np.where(e.valid, e.lo, 0)
 
     def _accumulate(self, i, a, inp: TimeColumns, ids, ngroups, rec) -> None:
         """Add aggregate ``i``'s per-group deltas of this time to the records ``rec``."""
-        if a.kind in ("min", "max"):
+        if a.kind in _MULTISET_KINDS:
             return  # _extremes
         keep, w = inp.mask(a.filter), inp.weights
         if a.kind == "count_star":
@@ -297,7 +309,7 @@ class ColumnarReduceCollection(StatefulCollection):
     def _final_column(self, i: int, a: Aggregate, rec: np.ndarray) -> pa.Array:
         """The values of aggregate ``i`` from records ``rec`` as an Arrow column."""
         count = rec[f"n{i}"]
-        if a.kind in ("count_star", "count"):
+        if a.kind in ("count_star", "count", "count_distinct"):
             return pa.array(count, pa.int64())
         if a.kind in ("min", "max"):
             live = count > 0
@@ -338,7 +350,7 @@ class ColumnarReduceCollection(StatefulCollection):
         """The values of aggregate ``i`` from records ``rec`` (of the time's ``groups``, before or
         ``after`` it)."""
         count = rec[f"n{i}"]
-        if a.kind in ("count_star", "count"):
+        if a.kind in ("count_star", "count", "count_distinct"):
             return count.tolist()
         if a.kind in ("min", "max"):
             hi, lo = rec[f"hi{i}"], rec[f"lo{i}"]

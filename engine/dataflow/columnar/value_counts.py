@@ -1,4 +1,4 @@
-"""Per group, the multiset of a min/max argument's values in RocksDB: min and max under deletes.
+"""Per group, the multiset of an argument's values in RocksDB: min, max and count(DISTINCT).
 
 A min or max cannot be kept as a running sum: when the current extreme is deleted, the next one
 must come from the values still there. ``ValueCounts`` keeps, for one (argument, FILTER) slot of
@@ -13,7 +13,8 @@ A time (``step``) consolidates the delta per (group, value) with one sort, reads
 entries with one ``get_many``, stages the new counts, and computes each group's new extreme from
 its old one (kept by the caller in the group's record): the old extreme if it survives, or a
 touched value that beats it; only a group whose extreme was deleted reads further, with one
-iterator seek from the old extreme. Group keys are self-delimiting (``kernels.key_bytes``), so a
+iterator seek from the old extreme. count(DISTINCT) changes by the values whose count rose from
+zero less those that fell to it. Group keys are self-delimiting (``kernels.key_bytes``), so a
 group's entries never share a prefix with another group's, nor with any group's record key.
 """
 
@@ -153,8 +154,9 @@ class ValueCounts:
         lo: np.ndarray,
         w: np.ndarray,
         extremes: list[Extreme],
-    ) -> None:
-        """Apply a time's (group, value, weight) diffs and update ``extremes`` in place."""
+    ) -> np.ndarray:
+        """Apply a time's (group, value, weight) diffs and update ``extremes`` in place; returns
+        per group how many more distinct values it holds (count(DISTINCT)'s change)."""
         g, h, l_, dw = _consolidate(gid, hi, lo, w)
         prefixes = [k + self.tag for k in keys]
         raw = _sortable(h, l_)
@@ -170,12 +172,14 @@ class ValueCounts:
         self.table.put_many([entry_keys[j] for j in keep], [counts[j] for j in keep])
         self.table.delete_many([entry_keys[j] for j in np.flatnonzero(new == 0).tolist()])
         alive, gone = new > 0, (new <= 0) & (old > 0)
+        distinct = K.group_sums(g, len(keys), alive.astype(np.int64) - (old > 0))
         touched: set[bytes] | None = None
         for e in extremes:
             lost = _update(e, len(keys), g, h, l_, alive, gone)
             if len(lost):
                 touched = set(entry_keys) if touched is None else touched
                 self._seek_rest(e, lost, prefixes, touched)
+        return distinct
 
     def _seek_rest(self, e: Extreme, lost: np.ndarray, prefixes: list[bytes], touched) -> None:
         """For groups whose extreme was deleted: the best untouched stored value, read in key

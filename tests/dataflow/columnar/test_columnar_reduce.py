@@ -88,8 +88,11 @@ AGGS = [
     Aggregate("max", DAY),
     Aggregate("min", DAY),
     Aggregate("min", TS),
+    Aggregate("count_distinct", I_ARG),
+    Aggregate("count_distinct", D_ARG, filter=FLAG),
+    Aggregate("count_distinct", DAY),
 ]
-EXTREMES = [a for a in AGGS if a.kind in ("min", "max")]
+EXTREMES = [a for a in AGGS if a.kind in ("min", "max", "count_distinct")]
 
 
 def _norm(row):
