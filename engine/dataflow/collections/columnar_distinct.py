@@ -32,6 +32,7 @@ from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.columnar import kernels as K
 from engine.dataflow.columnar.arrow_types import ColumnConversionError, to_arrow_column, to_python
 from engine.dataflow.columnar.group_table import GroupTable
+from engine.dataflow.columnar.time_columns import compatible
 from engine.dataflow.state.keycodec import encode_key
 from engine.dataflow.state.store import StateStore
 
@@ -167,18 +168,11 @@ class ColumnarDistinctCollection(StatefulCollection):
 
 def _fitting(column: pa.Array, t: pa.DataType) -> pa.Array | None:
     """``column`` as type ``t`` when that is exact without per-value Python, else None."""
-    have = column.type
-    if have == t:
-        return column
-    if pa.types.is_decimal(have) and pa.types.is_decimal(t):
-        return column if have.scale == t.scale else None  # keyed by the unscaled integer
-    if pa.types.is_integer(have) and pa.types.is_integer(t):
-        return column.cast(t)
-    if pa.types.is_floating(have) and pa.types.is_floating(t):
-        return column.cast(t)
-    if (pa.types.is_string(have) or pa.types.is_large_string(have)) and pa.types.is_string(t):
-        return column.cast(t)
-    return None
+    if not compatible(column.type, t):
+        return None
+    if column.type == t or pa.types.is_decimal(t):
+        return column  # a decimal of the same scale is keyed by the unscaled integer as it is
+    return column.cast(t)
 
 
 class _OddValues:

@@ -164,7 +164,7 @@ class ColumnarReduceCollection(StatefulCollection):
         for i, a in enumerate(self.aggregates):
             self._accumulate(i, a, inp, ids, ngroups, new)
         for j, ((arg, filt), members) in enumerate(self.slots.items()):
-            self._extremes(j, arg, filt, members, inp, keys, ids, old, new)
+            self._multiset_aggregates(j, arg, filt, members, inp, keys, ids, old, new)
 
         if self.group_key:
             was, alive = present & (old["rows"] > 0), new["rows"] > 0
@@ -214,9 +214,10 @@ class ColumnarReduceCollection(StatefulCollection):
             col = key_columns.key_column(inp.values(i), self.column_types[i])
         return col
 
-    def _extremes(self, j, arg, filt, members, inp, keys, ids, old, new) -> None:
-        """Min/max aggregates ``members`` over (``arg``, ``filt``): the value multiset of slot
-        ``j`` takes the time's diffs and gives each group's new extremes."""
+    def _multiset_aggregates(self, j, arg, filt, members, inp, keys, ids, old, new) -> None:
+        """Min/max/count(DISTINCT) aggregates ``members`` over (``arg``, ``filt``): the value
+        multiset of slot ``j`` takes the time's diffs and gives each group's new extremes and
+        distinct counts."""
         col = inp.arrow(arg)
         if col is not None:
             hi, lo, valid = value_counts.wide_column(col)
@@ -251,7 +252,7 @@ class ColumnarReduceCollection(StatefulCollection):
     def _accumulate(self, i, a, inp: TimeColumns, ids, ngroups, rec) -> None:
         """Add aggregate ``i``'s per-group deltas of this time to the records ``rec``."""
         if a.kind in _MULTISET_KINDS:
-            return  # _extremes
+            return  # _multiset_aggregates
         keep, w = inp.mask(a.filter), inp.weights
         if a.kind == "count_star":
             rec[f"n{i}"] += K.group_sums(ids, ngroups, w if keep is None else w * keep)

@@ -145,6 +145,8 @@ class TopKCollection(StatefulCollection):
         return out
 
     def _select_ranked(self, entries: Iterable[Entry], last: list | None = None) -> Selection:
+        """The selected (row, count)s, ties included (``last`` is left empty: ranked selections
+        keep no bound)."""
         lo, hi = self.offset, self._hi
         out: Selection = []
         if hi is not None and hi <= lo:

@@ -28,7 +28,7 @@ def key_column(values: list, typ: pa.DataType) -> pa.Array:
     except ColumnConversionError:
         if not pa.types.is_decimal(typ):
             raise
-    hi, lo, valid = value_counts.wide_values(values, typ)
+    hi, lo, valid = value_counts.wide_exact(values, typ)
     words = np.empty((len(values), 2), dtype="<i8")
     words[:, 0], words[:, 1] = lo.view(np.int64), hi
     validity = pa.py_buffer(np.packbits(valid, bitorder="little"))

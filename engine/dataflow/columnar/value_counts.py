@@ -4,7 +4,7 @@ A min or max cannot be kept as a running sum: when the current extreme is delete
 must come from the values still there. ``ValueCounts`` keeps, for one (argument, FILTER) slot of
 a reduce, one state entry per (group, distinct value): key = the group's key bytes + ``0xfe`` +
 the slot + 16 bytes whose byte order is the value order, value = the value's count (int64, no
-pickle). Every value is a signed 128-bit integer (``wide_values``): integers as themselves,
+pickle). Every value is a signed 128-bit integer (``wide_column``, ``wide_exact``): integers as themselves,
 dates and timestamps as their integer storage, numerics as their unscaled integer at the
 column's scale, and numeric ``-Infinity`` / ``Infinity`` / ``NaN`` as sentinels past every
 decimal128 value, in Postgres' order (NaN above everything).
@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 
 from engine.dataflow.aggregates import EXACT
 from engine.dataflow.columnar import kernels as K
-from engine.dataflow.columnar.arrow_types import ColumnConversionError, to_arrow_column
 from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.store import StateTable
 
@@ -56,15 +55,6 @@ def supports(typ: pa.DataType | None) -> bool:
         or pa.types.is_date32(typ)
         or pa.types.is_timestamp(typ)
     )
-
-
-def wide_values(values: list, typ: pa.DataType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(hi int64, lo uint64, valid) of a column's Python values as 128-bit integers."""
-    try:
-        col = to_arrow_column(values, typ)
-    except ColumnConversionError:  # numeric NaN or +-Infinity, or past decimal128
-        return wide_exact(values, typ)
-    return wide_column(col)
 
 
 def wide_column(col: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
