@@ -23,6 +23,8 @@ from engine.dataflow.aggregates import Aggregate as AggregateSpec
 from engine.dataflow.collections.anti_join import AntiJoinCollection
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
 from engine.dataflow.collections.columnar_distinct import supports as supports_columnar_distinct
+from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollection
+from engine.dataflow.collections.columnar_join import supports as supports_columnar_join
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.collections.constant import ConstantCollection
@@ -39,6 +41,7 @@ from engine.dataflow.collections.top_k import TopKCollection
 from engine.dataflow.collections.union import UnionCollection
 from engine.dataflow.collections.window import WindowCollection
 from engine.dataflow.columnar.arrow_types import arrow_type
+from engine.dataflow.errs import BatchFn
 from engine.dataflow.graph import Dataflow, Node
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.window_functions import WindowFunction
@@ -139,6 +142,23 @@ def _distinct(types: list[pa.DataType | None]) -> DistinctCollection | ColumnarD
     if supports_columnar_distinct(types):
         return ColumnarDistinctCollection(types)
     return DistinctCollection()
+
+
+def _inner_join(
+    plan: lp.Join,
+    lpos: list[int],
+    rpos: list[int],
+    computed_keys: int,
+    residual: BatchFn | None,
+    desc: str,
+) -> InnerJoinCollection | ColumnarInnerJoinCollection:
+    """The columnar inner join where both inputs' columns have exact Arrow types and the key
+    columns are plain columns of comparable types, else the row one."""
+    if not computed_keys:
+        lt, rt = value_arrow_types(plan.left), value_arrow_types(plan.right)
+        if supports_columnar_join(lt, rt, lpos, rpos):
+            return ColumnarInnerJoinCollection(lpos, rpos, lt, rt, residual, desc)
+    return InnerJoinCollection(lpos, rpos, residual, desc)
 
 
 class _PhysicalPlanner:
@@ -290,7 +310,7 @@ class _PhysicalPlanner:
         if kind == "inner":
             node = self.df.add(
                 (
-                    InnerJoinCollection(lpos, rpos, residual, desc)
+                    _inner_join(plan, lpos, rpos, lext or rext, residual, desc)
                     if lpos
                     else CrossJoinCollection(residual, desc)
                 ),

@@ -1,4 +1,4 @@
-"""Which GROUP BYs and DISTINCTs the physical planner sends to the columnar collections (on a
+"""Which GROUP BYs, DISTINCTs and joins the physical planner sends to the columnar collections (on a
 real catalog).
 
 Correctness of those plans is the planner oracle's job (tests/sql/test_planner_oracle.py runs
@@ -53,6 +53,20 @@ DISTINCT_ROW = [
     "SELECT DISTINCT CASE WHEN qty > 1 THEN amount ELSE 0 END AS x FROM orders",
 ]
 
+JOIN_COLUMNAR = [
+    "SELECT o.id, c.name, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id",
+    "SELECT i.qty, p.price FROM order_items i JOIN products p ON p.id = i.product_id "
+    "AND i.price > p.price",  # a residual
+    "SELECT o.id, i.id AS item FROM orders o JOIN order_items i ON i.order_id = o.id "
+    "AND i.qty = o.qty",  # int = smallint, two key columns
+    "SELECT e.kind, o.status FROM events e JOIN orders o ON o.created = e.day",  # dates
+]
+JOIN_ROW = [
+    "SELECT e.at, c.name FROM events e JOIN customers c ON c.id = e.customer_id",  # timestamptz
+    "SELECT o.id, c.name FROM orders o JOIN customers c ON c.id = o.customer_id + 1",  # computed
+    "SELECT o.id, p.name FROM orders o JOIN products p ON p.price = o.discount",  # numeric = float
+]
+
 
 @pytest.fixture(scope="module")
 def catalog(pg_server):
@@ -94,3 +108,15 @@ def test_columnar_distinct_is_chosen(sql, catalog):
 def test_row_distinct_where_columnar_cannot(sql, catalog):
     plan = _physical(sql, catalog)
     assert "Distinct  [" in plan and "Distinct (columnar)" not in plan
+
+
+@pytest.mark.parametrize("sql", JOIN_COLUMNAR)
+def test_columnar_join_is_chosen(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "InnerJoin (columnar)" in plan and "InnerJoin:" not in plan
+
+
+@pytest.mark.parametrize("sql", JOIN_ROW)
+def test_row_join_where_columnar_cannot(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "InnerJoin:" in plan and "InnerJoin (columnar)" not in plan

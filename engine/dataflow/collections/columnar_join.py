@@ -19,9 +19,10 @@ residual is exactly True), without a Python object per row on the common path:
 5. the changed keys' new row blocks are staged in the store's write batch.
 
 ``supports`` says when the column and key types allow it; the physical planner falls back to the
-row join otherwise. Unlike the row join there is no split of a hot key into row entries: a key
-holding many rows is read and rewritten whole when it changes. It keeps nothing in memory between
-times (state is only the table), and reads only committed state.
+row join otherwise. A key whose entry would hold more than ``hot_rows`` rows moves to the row
+join's arrangement (``columnar.hot_join_keys``: one entry per row of a big side) and its changes
+are joined there from then on. It keeps nothing in memory between times (state is only the
+tables), and reads only committed state.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.columnar import kernels as K
 from engine.dataflow.columnar.arrow_types import ColumnConversionError, to_arrow_column, to_python
+from engine.dataflow.columnar.hot_join_keys import HOT, HotKeys
 from engine.dataflow.columnar.row_block import (
     RowCodec,
     Rows,
@@ -46,6 +48,7 @@ from engine.dataflow.columnar.row_block import (
 from engine.dataflow.errs import BatchFn, evaluate
 from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.arrangement import key_entry
+from engine.dataflow.state.store import StateStore
 
 _NUMBERS = frozenset({"i8", "n8", "n16"})
 
@@ -108,6 +111,9 @@ class _Side:
 class ColumnarInnerJoinCollection(KeyedJoinCollection):
     """Key column indices per side, the Arrow type of every column of each side, a residual."""
 
+    #: a key whose entry would hold more rows (both sides) moves to the row arrangement
+    hot_rows = 128
+
     def __init__(
         self,
         left_key: Sequence[int],
@@ -125,6 +131,11 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             key_type(left_types[i], right_types[j])
             for i, j in zip(self.left_key, self.right_key, strict=True)
         ]
+
+    def open(self, store: StateStore | None) -> None:
+        super().open(store)
+        hot = store.table(f"{self.name}.hot", self.tuning)  # type: ignore[union-attr]
+        self.hot = HotKeys(hot, self.codecs, self.left_key, self.right_key, self.residual)
 
     def describe(self) -> str:
         return describe_join(
@@ -159,14 +170,26 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         heads = [heads[i] for i in order]
         raws = self.table.get_many(heads)
 
-        present = np.fromiter((v is not None for v in raws), bool, nk)
+        hot = np.fromiter((v == HOT for v in raws), bool, nk)
+        present = np.fromiter((v is not None for v in raws), bool, nk) & ~hot
+        lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
+        hot_out = None
+        if hot.any():  # the changes to hot keys go the row join's way
+            lh, rh = hot[lkid], hot[rkid]
+            hot_out = self.hot.pairs(lrows.take(np.flatnonzero(lh)), rrows.take(np.flatnonzero(rh)))
+            lrows, lkid = lrows.take(np.flatnonzero(~lh)), lkid[~lh]
+            rrows, rkid = rrows.take(np.flatnonzero(~rh)), rkid[~rh]
         at = np.flatnonzero(present)
         sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
-        left = _merge(lc, sl, at[sle], lrows, rank[ids[:nl]])
-        right = _merge(rc, sr, at[sre], rrows, rank[ids[nl:]])
+        left = _merge(lc, sl, at[sle], lrows, lkid)
+        right = _merge(rc, sr, at[sre], rrows, rkid)
         out = self._pairs(left, right, nk)
         self._stage(heads, present, left, right, nk)
-        return out
+        if hot_out is None:
+            return out
+        pairs, errs = hot_out
+        self.report_errors(errs)
+        return DiffBatch.concat([out, pairs])
 
     def _delta(self, batch: DiffBatch, codec: RowCodec, key: tuple[int, ...]):
         """The batch's rows with a NULL-free key as records, and their normalized key columns."""
@@ -230,14 +253,28 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
     def _stage(
         self, heads: list[bytes], present: np.ndarray, left: _Side, right: _Side, nk: int
     ) -> None:
-        """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys)."""
+        """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys);
+        keys that grow past ``hot_rows`` rows move to the row arrangement instead."""
         changed = np.zeros(nk, bool)
         changed[left.kid[left.delta != 0]] = True
         changed[right.kid[right.delta != 0]] = True
+        lives = [np.flatnonzero(side.new != 0) for side in (left, right)]
+        total = np.bincount(left.kid[lives[0]], minlength=nk)
+        total += np.bincount(right.kid[lives[1]], minlength=nk)
+        promote = changed & (total > self.hot_rows)
+        if promote.any():
+            moved = [v[promote[s.kid[v]]] for s, v in zip((left, right), lives, strict=True)]
+            self.hot.promote(
+                left.rows.take(moved[0]), left.new[moved[0]],
+                right.rows.take(moved[1]), right.new[moved[1]],
+            )  # fmt: skip
+            for i in np.flatnonzero(promote).tolist():
+                self.table.put(heads[i], HOT)
+            changed &= ~promote
         blocks = []
         counts = []
-        for side in (left, right):
-            live = np.flatnonzero((side.new != 0) & changed[side.kid])
+        for side, live in zip((left, right), lives, strict=True):
+            live = live[changed[side.kid[live]]]
             live = live[np.argsort(side.kid[live], kind="stable")]
             rows = side.rows.take(live)
             rows.rec["w"] = side.new[live]

@@ -31,6 +31,7 @@ from rocksdict import (
     WriteBatch,
 )
 
+from engine.dataflow.state import parallel_reads
 from engine.errors import StateError
 
 Tuning = Literal["point", "prefix"]
@@ -41,6 +42,8 @@ _FORMAT_KEY = b"incview:format"
 #: "2": join arrangements keep a key's rows in one entry per key (``state.arrangement``)
 _FORMAT = b"2"
 _META_CF = "default"
+#: a get_many of at least this many keys reads in parallel slices
+_PARALLEL_READ_KEYS = 2048
 
 
 def is_lock_error(exc: BaseException) -> bool:
@@ -231,9 +234,17 @@ class StateTable:
         return self._cf.get(key)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The committed values of ``keys`` (None where absent), in order.
+
+        A long list is read in parallel slices (rocksdict releases the GIL while RocksDB reads):
+        point reads from the block cache cost ~2.5-4 us a key, the bulk of a columnar time's
+        work, and two threads read 10k keys in ~60% of one thread's time on 2 cores.
+        """
         if not keys:
             return []
-        return self._cf.get(keys)
+        if len(keys) < _PARALLEL_READ_KEYS:
+            return self._cf.get(keys)
+        return parallel_reads.get_many(self._cf.get, keys)
 
     def iterator(self) -> RdictIter:
         """A raw iterator over the committed state (``seek``, ``valid``, ``key``, ``value``, ``next``).

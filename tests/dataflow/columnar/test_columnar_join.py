@@ -160,7 +160,9 @@ def _acc(counter: Counter, batch: DiffBatch) -> None:
         del counter[r]
 
 
-def _drive(tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_every=9):
+def _drive(
+    tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_every=9, hot_rows=None
+):
     rng = random.Random(seed)
     lt = RandomTable(lambda r: left_row(r, nan_ratio), rng, max_changes=10)
     rt = RandomTable(lambda r: right_row(r, nan_ratio), rng, max_changes=10)
@@ -174,6 +176,8 @@ def _drive(tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_eve
             if kind == "row"
             else ColumnarInnerJoinCollection(lk, rk, LEFT, RIGHT, residual)
         )
+        if hot_rows is not None and kind == "col":
+            coll.hot_rows = hot_rows
         df.build(df.add(coll, df.input("l"), df.input("r")))
 
     with SideBySide(tmp_path, build) as pair:
@@ -237,6 +241,43 @@ def test_numeric_nan_in_keys_and_values(tmp_path, seed):
 def test_residual_and_its_errors(tmp_path, seed):
     lk, rk = KEYS["text"]
     _drive(tmp_path, lk, rk, div_residual, seed)
+
+
+@pytest.mark.parametrize("hot_rows", [1, 4])
+@pytest.mark.parametrize("keys", ["int+numeric-scales", "text"])
+def test_hot_keys_move_to_the_row_arrangement(tmp_path, keys, hot_rows):
+    """With a tiny ``hot_rows`` keys keep becoming hot mid-stream (with a residual and its
+    errors, NaN, reopen and rollback), and the answer stays the row join's."""
+    lk, rk = KEYS[keys]
+    out = _drive(tmp_path, lk, rk, div_residual, hot_rows, nan_ratio=0.05, hot_rows=hot_rows)
+    assert out
+
+
+def test_a_hot_key_is_not_rewritten_for_one_changed_row(tmp_path):
+    """1,000 left rows under one key: once hot, updating one of them writes a few entries,
+    not the key's 1,000 rows, and the output is that row's pairs."""
+    from engine.dataflow.graph import Dataflow
+
+    types = [pa.int64(), pa.int64()]
+    with StateStore(tmp_path / "s") as store:
+        df = Dataflow(store)
+        coll = ColumnarInnerJoinCollection([0], [0], types, types)
+        df.build(df.add(coll, df.input("l"), df.input("r")))
+        df.push("l", DiffBatch.inserts([(7, i) for i in range(1000)]))
+        df.push("r", DiffBatch.inserts([(7, -1), (7, -2)]))
+        assert len(df.time_end(1).diffs) == 2000
+        df.commit(1)
+        assert coll.table.get_many([next(k for k, _ in coll.table.scan_all())]) == [b"hot"]
+        df.push("l", DiffBatch([(7, 5), (7, 5000)], [-1, 1]))
+        out = df.time_end(2)
+        assert store._staged <= 6, store._staged
+        df.commit(2)
+        assert Counter(dict(out.diffs)) == Counter(
+            {(7, 5, 7, -1): -1, (7, 5, 7, -2): -1, (7, 5000, 7, -1): 1, (7, 5000, 7, -2): 1}
+        )
+        df.push("r", DiffBatch.deletes([(7, -1)]))
+        assert len(df.time_end(3).diffs) == 1000
+        df.commit(3)
 
 
 def test_key_types_and_supports():

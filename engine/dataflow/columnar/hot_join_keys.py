@@ -1,0 +1,74 @@
+"""Hot keys of the columnar join: keys with many rows move to the row join's arrangement.
+
+The columnar inner join keeps all rows of a join key (both sides) in one state entry, read and
+rewritten whole whenever the key changes: cheap for the keys of a key/foreign-key join (a few rows
+each), ruinous for a low-cardinality key (60,000 customers under one nation key would be rewritten
+for every change to one of them). A key whose entry would hold more than ``hot_rows`` rows is
+therefore handed to ``DeltaJoin``, the row join's arrangement, in its own column family
+(``<name>.hot``), which keeps a big side of a key in one entry per row and reads it only when the
+other side changed at that key (docs/joins.md). The columnar entry of such a key becomes the marker
+``HOT``; from then on the key's changes go the row way (as tuples). A key stays hot once it was:
+moving back would rewrite its rows again for little gain.
+
+``HotKeys`` converts the hot keys' rows between the two forms and runs the two row-join steps of a
+time: ``pairs`` for the changes to keys that were already hot, ``promote`` for keys that become hot
+in this time (their rows after the time are loaded into the arrangement without output: the
+columnar step already emitted the time's pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.columnar.arrow_types import to_python
+from engine.dataflow.columnar.row_block import RowCodec, Rows
+from engine.dataflow.errs import BatchFn
+from engine.dataflow.nan import NUMERIC_NAN
+from engine.dataflow.state.arrangement import DeltaJoin
+from engine.dataflow.state.store import StateTable
+
+#: the columnar entry of a hot key (a packed entry always holds a 12-byte header)
+HOT = b"hot"
+
+
+def tuples(codec: RowCodec, rows: Rows, weights: np.ndarray) -> DiffBatch:
+    """``rows`` as tuple diffs with ``weights`` (engine value conventions: shared NaNs...)."""
+    if not len(rows):
+        return DiffBatch()
+    cols, nans = codec.arrays(rows)
+    values = [to_python(c) for c in cols]
+    for i, mask in nans.items():
+        col = values[i]
+        for j in np.flatnonzero(mask).tolist():
+            col[j] = NUMERIC_NAN
+    return DiffBatch(list(zip(*values, strict=True)), weights.tolist())
+
+
+class HotKeys:
+    """The row-join arrangement of a columnar join's hot keys (``table``: its column family)."""
+
+    def __init__(
+        self,
+        table: StateTable,
+        codecs: tuple[RowCodec, RowCodec],
+        left_key: Sequence[int],
+        right_key: Sequence[int],
+        residual: BatchFn | None,
+    ) -> None:
+        self.codecs = codecs
+        self._join = DeltaJoin(table, left_key, right_key, residual)
+        self._load = DeltaJoin(table, left_key, right_key, None, pairs=False)
+
+    def pairs(self, left: Rows, right: Rows) -> tuple[DiffBatch, DiffBatch]:
+        """The time's pairs and errs for delta rows of hot keys (weights in the records)."""
+        lc, rc = self.codecs
+        step = self._join.step(tuples(lc, left, left.rec["w"]), tuples(rc, right, right.rec["w"]))
+        return step.pairs, step.errs
+
+    def promote(self, left: Rows, lw: np.ndarray, right: Rows, rw: np.ndarray) -> None:
+        """Load the rows (after the time, weights ``lw``/``rw``) of keys that become hot."""
+        lc, rc = self.codecs
+        self._load.step(tuples(lc, left, lw), tuples(rc, right, rw))
