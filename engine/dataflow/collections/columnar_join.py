@@ -47,7 +47,8 @@ from engine.dataflow.columnar.row_block import (
 )
 from engine.dataflow.errs import BatchFn, evaluate
 from engine.dataflow.nan import NUMERIC_NAN
-from engine.dataflow.state.arrangement import key_entry
+from engine.dataflow.state.arrangement import KEYS
+from engine.dataflow.state.entry_cache import EntryCache
 from engine.dataflow.state.store import StateStore
 
 _NUMBERS = frozenset({"i8", "n8", "n16"})
@@ -122,8 +123,10 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         right_types: Sequence[pa.DataType],
         residual: BatchFn | None = None,
         description: str = "",
+        cache_bytes: int = 64 << 20,
     ) -> None:
         super().__init__(left_key, right_key, residual, description)
+        self.cache_bytes = cache_bytes
         if not supports(left_types, right_types, self.left_key, self.right_key):
             raise ValueError(f"ColumnarInnerJoinCollection cannot compute {self.describe()}")
         self.codecs = (RowCodec(left_types), RowCodec(right_types))
@@ -134,6 +137,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
+        self.entries = EntryCache(self.table, self.cache_bytes)
         hot = store.table(f"{self.name}.hot", self.tuning)  # type: ignore[union-attr]
         self.hot = HotKeys(hot, self.codecs, self.left_key, self.right_key, self.residual)
 
@@ -161,14 +165,13 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         keycols = [pa.concat_arrays([a, b]) for a, b in zip(lkeys, rkeys, strict=True)]
         ids, first = K.group_index(keycols)
         sel = pa.array(first)
-        kbs = K.key_bytes([c.take(sel) for c in keycols])
-        heads = [key_entry(kb) for kb in kbs]
-        order = sorted(range(len(heads)), key=heads.__getitem__)  # sorted keys read faster
+        entries = K.length_prefixed(KEYS, K.key_bytes_array([c.take(sel) for c in keycols]))
+        order = pc.sort_indices(entries)  # sorted keys read faster
+        heads = entries.take(order).to_pylist()  # = key_entry(key bytes), key by key
         nk = len(heads)
         rank = np.empty(nk, np.int64)
         rank[np.asarray(order, np.int64)] = np.arange(nk)
-        heads = [heads[i] for i in order]
-        raws = self.table.get_many(heads)
+        raws = self.entries.get_many(heads)
 
         hot = np.fromiter((v == HOT for v in raws), bool, nk)
         present = np.fromiter((v is not None for v in raws), bool, nk) & ~hot
@@ -269,7 +272,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
                 right.rows.take(moved[1]), right.new[moved[1]],
             )  # fmt: skip
             for i in np.flatnonzero(promote).tolist():
-                self.table.put(heads[i], HOT)
+                self.entries.put(heads[i], HOT)
             changed &= ~promote
         blocks = []
         counts = []
@@ -286,9 +289,9 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             values = pack_entries(
                 self.codecs[0], blocks[0], counts[0][put], self.codecs[1], blocks[1], counts[1][put]
             )
-            self.table.put_many([heads[i] for i in put.tolist()], values)
+            self.entries.put_many([heads[i] for i in put.tolist()], values)
         for i in np.flatnonzero(changed & ~nonempty & present).tolist():
-            self.table.delete(heads[i])
+            self.entries.delete(heads[i])
 
 
 def _columns(

@@ -121,12 +121,28 @@ def key_bytes(columns: list[pa.Array]) -> list[bytes]:
     >>> key_bytes([pa.array([1, None])]) == key_bytes([pa.array([1, None])])
     True
     """
-    pieces = [p for col in columns for p in _column_bytes(col)]
-    if not pieces:
+    if not columns:
         return []
+    return key_bytes_array(columns).to_pylist()
+
+
+def key_bytes_array(columns: list[pa.Array]) -> pa.Array:
+    """``key_bytes`` as an Arrow binary array (no Python object per row)."""
+    pieces = [p for col in columns for p in _column_bytes(col)]
     if len(pieces) == 1:
-        return pieces[0].to_pylist()
-    return pc.binary_join_element_wise(*pieces, b"").to_pylist()
+        return pieces[0]
+    return pc.binary_join_element_wise(*pieces, b"")
+
+
+def length_prefixed(tag: bytes, values: pa.Array) -> pa.Array:
+    """``tag | len(value) (4 bytes, big-endian) | value`` for each binary value, as Arrow."""
+    lengths = np.asarray(pc.binary_length(values), dtype=">u4")
+    four = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(4), len(values), [None, pa.py_buffer(lengths.tobytes())]
+    )
+    return pc.binary_join_element_wise(
+        pa.scalar(tag, pa.binary()), four.cast(pa.binary()), values.cast(pa.binary()), b""
+    )
 
 
 def group_sums(ids: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:

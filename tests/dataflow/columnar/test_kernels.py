@@ -110,3 +110,21 @@ def test_float_columns_come_back_with_the_shared_nan():
 
     out = to_python(pa.array([1.0, float("nan")]))
     assert out[0] == 1.0 and out[1] is NAN and math.isnan(out[1])
+
+
+def test_length_prefixed_entries_are_the_arrangement_key_entries():
+    import datetime as dt
+
+    from engine.dataflow.state.arrangement import KEYS, key_entry
+
+    cols = [
+        pa.array([1, None, -5, 1], pa.int64()),
+        pa.array(["a", "", None, "é" * 300]),
+        pa.array([dt.date(2020, 1, 1)] * 4),
+    ]
+    got = K.length_prefixed(KEYS, K.key_bytes_array(cols)).to_pylist()
+    assert got == [key_entry(kb) for kb in K.key_bytes(cols)]
+    one = [pa.array([3, 4], pa.int64())]
+    assert K.length_prefixed(KEYS, K.key_bytes_array(one)).to_pylist() == [
+        key_entry(kb) for kb in K.key_bytes(one)
+    ]

@@ -1,0 +1,29 @@
+"""EntryCache answers repeated reads from memory, within its budget, and forgets rolled-back writes."""
+
+from __future__ import annotations
+
+from engine.dataflow.state.entry_cache import EntryCache
+from engine.dataflow.state.store import StateStore
+
+
+def test_reads_writes_eviction_and_rollback(tmp_path):
+    with StateStore(tmp_path / "s") as store:
+        table = store.table("t", "point")
+        cache = EntryCache(table, cache_bytes=10 * 200)
+        keys = [f"k{i}".encode() for i in range(30)]
+        assert cache.get_many(keys[:3]) == [None, None, None]
+        assert cache.cached_entries == 0  # reads do not enter the cache, writes do
+        cache.put_many(keys[:20], [b"v%d" % i for i in range(20)])
+        cache.delete(keys[0])
+        store.commit(1)
+        assert cache.cached_entries <= 16  # the budget holds ~15 entries of this size
+        cache.hits = cache.misses = 0
+        assert cache.get_many(keys[:20]) == [None] + [b"v%d" % i for i in range(1, 20)]
+        assert cache.misses > 0 and cache.hits > 0
+        hits = cache.hits
+        assert cache.get_many(keys[15:20]) == [b"v%d" % i for i in range(15, 20)]
+        assert cache.hits == hits + 5  # just read: served from memory
+        cache.put(keys[19], b"staged")  # a write of a time that the sink then fails
+        assert cache.get_many([keys[19]]) == [b"staged"]
+        store.rollback()
+        assert cache.get_many([keys[19]]) == [b"v19"]
