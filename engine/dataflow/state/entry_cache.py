@@ -66,8 +66,8 @@ class EntryCache:
     # -- the cache --------------------------------------------------------------------------------
     def _remember(self, keys: list[bytes], values: list[bytes | None]) -> None:
         entries = self._entries
-        old = list(map(entries.get, keys))
-        self._bytes += sum(map(_len, values)) - sum(map(_len, old))
+        old = [v for v in map(entries.get, keys) if v is not None]
+        self._bytes += sum(map(len, [v for v in values if v is not None])) - sum(map(len, old))
         entries.update(zip(keys, values, strict=True))
         self._evict()
 
