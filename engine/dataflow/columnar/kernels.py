@@ -240,6 +240,8 @@ def consolidate_columns(
     if not n:
         return list(columns), weights
     ids, first = group_index(columns, n)
+    if len(first) == n and weights.all():  # already consolidated: every row its own group
+        return list(columns), weights
     totals = np.zeros(len(first), dtype=np.int64)
     np.add.at(totals, ids, weights)
     keep = np.flatnonzero(totals != 0)
