@@ -13,6 +13,8 @@ batch, and two ratios against recomputing the operator over the full input:
 
 (e) is SELECT DISTINCT over (orderkey, date, numeric(12,2)) rows, two copies of each distinct
 row, the row distinct and the columnar distinct side by side (``--only distinct``).
+``--only lineitem_join`` is ``bench.lineitem_join``: lineitem JOIN orders over the same
+lineitem-shaped state, the row join and the columnar join (tuple and Arrow input) side by side.
 (d) is ``bench.lineitem_group_by``: GROUP BY count/sum/avg over lineitem-shaped state, the row
 reduce and the columnar reduce side by side, with the process RSS at 1M and at all rows.
 ``--json`` prints one JSON object (pipeline -> diffs_per_s, plus rss_mb) and writes it to
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from bench import lineitem_group_by
+from bench import lineitem_group_by, lineitem_join
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
@@ -394,7 +396,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument(
-        "--only", choices=["filter_map", "join", "group_by", "distinct", "top_k", "lineitem"]
+        "--only",
+        choices=[
+            "filter_map",
+            "join",
+            "group_by",
+            "distinct",
+            "top_k",
+            "lineitem",
+            "lineitem_join",
+        ],
     )
     ap.add_argument("--lineitem-rows", type=int, default=6_000_000)
     ap.add_argument("--json", action="store_true", help="print and save the figures as JSON")
@@ -426,6 +437,10 @@ def main() -> None:
             "at_1M_rows": many["rss_mb_at_1M"],
             f"at_{args.lineitem_rows}_rows": many["rss_mb_at_all"],
         }
+    if args.only in (None, "lineitem_join"):
+        lj = lineitem_join.bench(args.lineitem_rows, args.batch, args.batches)
+        for kind, r in lj.items():
+            result[f"inner_join_lineitem_orders_{kind}"] = r["diffs_per_s"]
     names = {"a": "filter_map"}
     for key, value in FIGURES.items():
         result[names.get(key, key)] = value
