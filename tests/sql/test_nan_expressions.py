@@ -88,3 +88,12 @@ def test_values_follow_postgres_with_the_shared_nan(conn, sql):
         (ROWS[i], g, w) for i, (g, w) in enumerate(zip(got, want, strict=True)) if not same(g, w)
     ]
     assert not bad, bad[:5]
+
+
+def test_nan_divided_by_zero_is_nan(conn):
+    """Postgres' float8_div raises division by zero only for a number: NaN / 0 is NaN."""
+    theirs = conn.execute("SELECT 'NaN'::float8 / 0, 'NaN'::float8 / -0.0::float8").fetchone()
+    assert all(math.isnan(v) for v in theirs)
+    fn = compile_expressions([parse_expression("f / g")], REFS).fn
+    ((value,),) = fn([(float("nan"), 0.0, None, None)])
+    assert value is NAN
