@@ -40,6 +40,7 @@ from engine.sql.vector_compiler import Inputs, VectorCompiler, VNode
 
 __all__ = [
     "NeedsRows",
+    "ExtendColumns",
     "SelectColumns",
     "VectorProgram",
     "Vectorized",
@@ -95,6 +96,16 @@ class SelectColumns:
         return [columns[i] for i in self.indices]
 
 
+class ExtendColumns:
+    """A Map appending computed columns to its input's (join keys, top-k keys...)."""
+
+    def __init__(self, program: VectorProgram) -> None:
+        self.program = program
+
+    def __call__(self, columns: list[pa.Array], n: int) -> list[pa.Array]:
+        return [*columns, *self.program(columns, n)]
+
+
 @dataclass(frozen=True)
 class Vectorized:
     """The vectorized form of some expressions: ``program`` (None when one of them has no
@@ -102,6 +113,9 @@ class Vectorized:
 
     program: VectorProgram | None
     per_row: tuple[str, ...] = ()
+
+    def __iter__(self):  # (program, per_row): MapCollection(fn, what, *vectorized)
+        return iter((self.program, self.per_row))
 
 
 def _sql(e: exp.Expression) -> str:
@@ -131,8 +145,23 @@ def vectorize_predicate(expr: exp.Expression, columns: list[ColumnRef]) -> Vecto
     c = VectorCompiler(columns)
     node = c.compile(expr)
     if node is None or node.kind is not Kind.BOOL:
-        return Vectorized(None, (_sql(expr),))
+        return Vectorized(None, _per_row_conjuncts(expr, columns))
     return Vectorized(VectorProgram([node], c.kinds, [None]))
+
+
+def _per_row_conjuncts(expr: exp.Expression, columns: list[ColumnRef]) -> tuple[str, ...]:
+    """The conjuncts of ``expr`` without a kernel (the whole of it if each has one)."""
+    parts, stack = [], [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, exp.Paren):
+            stack.append(e.this)
+        elif isinstance(e, exp.And):
+            stack += [e.expression, e.this]
+        else:
+            parts.append(e)
+    lacking = [p for p in parts if VectorCompiler(columns).compile(p) is None]
+    return tuple(_sql(p) for p in lacking) or (_sql(expr),)
 
 
 def _has_arrow_output(c: VectorCompiler, e: exp.Expression, node: VNode) -> bool:
