@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.dataflow.columnar import number_kernels as N
 from engine.dataflow.columnar import vector_kernels as K
 from engine.dataflow.columnar.vectors import Kind, Vec
 from engine.sql.types import INT_RANGES, SqlType, TypeKind, numeric_rank
@@ -46,7 +47,7 @@ def _same(v: Vec, n: int) -> Vec:
 
 
 def _to_numeric(v: Vec, n: int) -> Vec:
-    return K.rescale(v, v.scale)  # an integer is a numeric of scale 0
+    return N.rescale(v, v.scale)  # an integer is a numeric of scale 0
 
 
 def cast_kernel(src: SqlType, to: SqlType) -> CastKernel | None:
@@ -56,7 +57,7 @@ def cast_kernel(src: SqlType, to: SqlType) -> CastKernel | None:
         if not (src.is_integer or s is TypeKind.NUMERIC):
             return None
         p, sc = to.precision, to.scale or 0
-        return lambda v, n: K.numeric_typmod(_to_numeric(v, n), p, sc)
+        return lambda v, n: N.numeric_typmod(_to_numeric(v, n), p, sc)
     if to.is_string:
         if to.length is not None or t is TypeKind.CHAR:
             return None  # truncation to varchar(n) / bpchar: per row
@@ -71,31 +72,31 @@ def cast_kernel(src: SqlType, to: SqlType) -> CastKernel | None:
         if numeric_rank(to) >= numeric_rank(src):
             return _same
         lo, hi, _ = INT_RANGES[t]
-        return lambda v, n: K.int_range(v, lo, hi)
+        return lambda v, n: N.int_range(v, lo, hi)
     if src.is_integer:
         if t is TypeKind.NUMERIC:
             return _to_numeric
         if t is TypeKind.DOUBLE:
-            return lambda v, n: K.int_to_float(v, exact=False)
+            return lambda v, n: N.int_to_float(v, exact=False)
         if t is TypeKind.BOOLEAN and s is TypeKind.INTEGER:
-            return lambda v, n: K.int_to_bool(v)
+            return lambda v, n: N.int_to_bool(v)
         return None
     if s is TypeKind.NUMERIC:
         if to.is_integer:
             lo, hi, _ = INT_RANGES[t]
-            return lambda v, n: K.numeric_to_int(v, lo, hi)
+            return lambda v, n: N.numeric_to_int(v, lo, hi)
         if t is TypeKind.DOUBLE:
-            return lambda v, n: K.numeric_to_float(v)
+            return lambda v, n: N.numeric_to_float(v)
         return None
     if src.is_float:
         if to.is_integer:
             lo, hi, _ = INT_RANGES[t]
-            return lambda v, n: K.float_to_int(v, lo, hi)
+            return lambda v, n: N.float_to_int(v, lo, hi)
         if t is TypeKind.DOUBLE:
             return _same
         return None
     if s is TypeKind.BOOLEAN and t is TypeKind.INTEGER:
-        return lambda v, n: K.bool_to_int(v)
+        return lambda v, n: N.bool_to_int(v)
     if src.is_string and to.is_integer:
         lo, hi, _ = INT_RANGES[t]
         return lambda v, n: K.text_to_int(v, lo, hi)

@@ -1,57 +1,30 @@
 """Translate a sqlglot expression into a tree of vectorized kernels, or refuse it.
 
-``VectorCompiler(columns).compile(node)`` returns a ``VNode``: a function of one batch's input
-columns (``Inputs``) giving a ``Vec``, and the SQL type of its values; or None when some part
-of the expression has no exact kernel (the expression then runs per row). Every typing decision
-is the row compiler's (``ExpressionTypes``: result types, folded constants, the implicit
-conversions of operands); this module only picks the kernel (``vector_kernels``,
-``vector_casts``) that computes the same values. It must not evaluate rows itself.
+``VectorCompiler(columns).compile(node)`` returns a ``VNode`` (``engine.sql.vector_nodes``): a
+function of one batch's input columns giving a ``Vec``, and the SQL type of its values; or None
+when some part of the expression has no exact kernel (the expression then runs per row). Every
+typing decision is the row compiler's (``ExpressionTypes``: result types, folded constants, the
+implicit conversions of operands); this module only picks the kernel (``vector_kernels``,
+``vector_casts``) that computes the same values: here leaves, logic, comparisons, IN, CASE,
+COALESCE and NULLIF; operators and casts in ``vector_operators``. It must not evaluate rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from sqlglot import exp
 
+from engine.dataflow.columnar import number_kernels as N
 from engine.dataflow.columnar import vector_kernels as K
-from engine.dataflow.columnar.vectors import Kind, Vec, constant, from_arrow, python_constant
+from engine.dataflow.columnar.vectors import Kind, Vec, constant, python_constant
 from engine.errors import UnsupportedSQL
 from engine.sql.expression_compiler import ColumnRef, ExpressionTypes, Typed
-from engine.sql.types import DOUBLE, INT_RANGES, TypeKind
 from engine.sql.types import SqlType as T
+from engine.sql.types import TypeKind
 from engine.sql.vector_casts import cast_kernel, kind_of
-
-
-class Inputs:
-    """One batch's input columns, each read once as the kind the expressions expect."""
-
-    def __init__(self, columns: list, n: int, kinds: dict[int, Kind]) -> None:
-        self.columns = columns
-        self.n = n
-        self.kinds = kinds
-        self._vecs: dict[int, Vec] = {}
-
-    def column(self, i: int) -> Vec:
-        v = self._vecs.get(i)
-        if v is None:
-            v = self._vecs[i] = from_arrow(self.columns[i], self.kinds[i])
-        return v
-
-
-@dataclass(frozen=True)
-class VNode:
-    run: Callable[[Inputs], Vec]
-    type: T
-
-    @property
-    def kind(self) -> Kind | None:
-        return kind_of(self.type)
-
+from engine.sql.vector_nodes import Inputs, VNode
+from engine.sql.vector_operators import OperatorRules
 
 _CMP = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
-_STRING_FUNCTIONS = {exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length"}
 
 
 def _numbers(a: Vec, b: Vec) -> tuple[Vec, Vec]:
@@ -61,10 +34,10 @@ def _numbers(a: Vec, b: Vec) -> tuple[Vec, Vec]:
         return a, b
     kinds = {a.kind, b.kind}
     if kinds <= {Kind.INT, Kind.NUMERIC}:
-        return K.align_numeric(a, b)
+        return N.align_numeric(a, b)
     if kinds == {Kind.INT, Kind.FLOAT}:
-        a = K.int_to_float(a, exact=True) if a.kind is Kind.INT else a
-        b = K.int_to_float(b, exact=True) if b.kind is Kind.INT else b
+        a = N.int_to_float(a, exact=True) if a.kind is Kind.INT else a
+        b = N.int_to_float(b, exact=True) if b.kind is Kind.INT else b
         return a, b
     raise TypeError(f"cannot compare {a.kind} with {b.kind}")
 
@@ -76,7 +49,7 @@ def _comparable(a: Kind | None, b: Kind | None) -> bool:
     return a is b or ({a, b} <= numbers and {a, b} != {Kind.NUMERIC, Kind.FLOAT})
 
 
-class VectorCompiler:
+class VectorCompiler(OperatorRules):
     """Compiles expressions over input rows shaped like ``columns`` (``ColumnRef``s)."""
 
     def __init__(self, columns: list[ColumnRef]) -> None:
@@ -86,9 +59,12 @@ class VectorCompiler:
 
     def compile(self, node: exp.Expression) -> VNode | None:
         try:
-            t = self.types.typed(node)
-        except UnsupportedSQL:
+            return self._compile(node)
+        except UnsupportedSQL:  # a part the row compiler refuses on its own: per row
             return None
+
+    def _compile(self, node: exp.Expression) -> VNode | None:
+        t = self.types.typed(node)
         if t.const:
             return self.const(t.value, t.type)
         if t.column is not None:
@@ -247,104 +223,6 @@ class VectorCompiler:
             return acc
 
         return VNode(run, t)
-
-    # -- arithmetic -----------------------------------------------------------------------------
-    def _arith(self, node: exp.Expression, t: T) -> VNode | None:
-        op = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}[type(node)]
-        ta, tb = self.types.arithmetic(node)
-        a, b = self.operand(node.this, ta), self.operand(node.expression, tb)
-        if a is None or b is None:
-            return None
-        if a.type.is_numeric_category and b.type.is_numeric_category:
-            return self._numeric_op(op, a, b, t)
-        return self._datetime_op(op, a, b, t)
-
-    v_Add = v_Sub = v_Mul = v_Div = v_Mod = _arith
-
-    def _numeric_op(self, op: str, a: VNode, b: VNode, t: T) -> VNode | None:
-        ar, br = a.run, b.run
-        if t.is_integer:
-            lo, hi, _ = INT_RANGES[t.kind]
-            if op == "/":
-                return VNode(lambda inp: K.int_div(ar(inp), br(inp), lo, hi), t)
-            if op == "%":
-                return VNode(lambda inp: K.int_mod(ar(inp), br(inp)), t)
-            return VNode(lambda inp: K.int_arith(op, ar(inp), br(inp), lo, hi), t)
-        if t.kind is TypeKind.DOUBLE and op in "+-*/":
-            a, b = self._as_float(a), self._as_float(b)
-            if a is None or b is None:
-                return None
-            ar, br = a.run, b.run
-            return VNode(lambda inp: K.float_arith(op, ar(inp), br(inp)), t)
-        if t.kind is TypeKind.NUMERIC and op in "+-*" and Kind.FLOAT not in (a.kind, b.kind):
-            return VNode(lambda inp: K.numeric_arith(op, ar(inp), br(inp)), t)
-        return None  # real arithmetic (float4 rounding), numeric / and %: per row
-
-    def _as_float(self, v: VNode) -> VNode | None:
-        """An operand of float8 arithmetic: the row compiler casts a numeric to float8, and
-        Python's int-float arithmetic converts an int with float(v)."""
-        if v.kind is Kind.FLOAT:
-            return v
-        if v.kind is Kind.INT:
-            run = v.run
-            return VNode(lambda inp: K.int_to_float(run(inp), exact=False), v.type)
-        return self.cast(v, DOUBLE) if v.kind is Kind.NUMERIC else None
-
-    def _datetime_op(self, op: str, a: VNode, b: VNode, t: T) -> VNode | None:
-        if op == "+" and b.kind is Kind.DATE and a.kind is Kind.INT:
-            a, b = b, a
-        if a.kind is Kind.DATE and b.kind is Kind.INT and op in "+-" and t.kind is TypeKind.DATE:
-            if op == "-":
-                b = self._neg(b)
-                if b is None:
-                    return None
-            ar, br = a.run, b.run
-            return VNode(lambda inp: K.date_plus_days(ar(inp), br(inp)), t)
-        if a.kind is Kind.DATE and b.kind is Kind.DATE and op == "-" and t.is_integer:
-            ar, br = a.run, b.run
-            return VNode(lambda inp: K.date_minus_date(ar(inp), br(inp)), t)
-        return None
-
-    def _neg(self, v: VNode) -> VNode | None:
-        run = v.run
-        if v.kind is Kind.INT:
-            _, hi, _ = INT_RANGES[v.type.kind]
-            return VNode(lambda inp: K.int_neg(run(inp), hi), v.type.unconstrained())
-        if v.kind is Kind.NUMERIC:
-            return VNode(lambda inp: K.numeric_neg(run(inp)), v.type.unconstrained())
-        if v.kind is Kind.FLOAT and v.type.kind is TypeKind.DOUBLE:
-            return VNode(lambda inp: K.float_neg(run(inp)), v.type)
-        return None
-
-    def v_Neg(self, node: exp.Neg, t: T) -> VNode | None:
-        a = self.compile(node.this)
-        return None if a is None else self._neg(a)
-
-    # -- casts and strings ----------------------------------------------------------------------
-    def v_Cast(self, node: exp.Cast, t: T) -> VNode | None:
-        v = self.compile(node.this)
-        return None if v is None else self.cast(v, t)
-
-    def v_DPipe(self, node: exp.DPipe, t: T) -> VNode | None:
-        sides = []
-        for side in (node.this, node.expression):
-            v = self.compile(side)
-            if v is not None and v.kind is not Kind.TEXT:
-                v = self.cast(v, t)  # 'abc' || 12: the other side as text
-            if v is None:
-                return None
-            sides.append(v.run)
-        a, b = sides
-        return VNode(lambda inp: K.concat(a(inp), b(inp)), t)
-
-    def _string_function(self, node: exp.Expression, t: T) -> VNode | None:
-        a = self.compile(node.this)
-        if a is None or not a.type.is_string:
-            return None
-        fn, run = _STRING_FUNCTIONS[type(node)], a.run
-        return VNode(lambda inp: K.text_map(fn, run(inp)), t)
-
-    v_Lower = v_Upper = v_Length = _string_function
 
     # -- conditionals ---------------------------------------------------------------------------
     def _results(self, nodes: list[exp.Expression], node: exp.Expression, what: str):

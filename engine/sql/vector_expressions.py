@@ -36,7 +36,8 @@ from engine.dataflow.columnar.vectors import Kind, NeedsRows, to_arrow
 from engine.errors import UnsupportedSQL
 from engine.sql.expression_compiler import ColumnRef
 from engine.sql.vector_casts import kind_of
-from engine.sql.vector_compiler import Inputs, VectorCompiler, VNode
+from engine.sql.vector_compiler import VectorCompiler
+from engine.sql.vector_nodes import Inputs, VNode
 
 __all__ = [
     "NeedsRows",

@@ -115,9 +115,9 @@ VECTOR_EXPLAIN = [
     ),
     (
         "SELECT id, substr(status, 2) AS s, qty + 1 AS q FROM orders "
-        "WHERE qty > 2 AND status LIKE 'a%'",
+        "WHERE qty > 2 AND status LIKE 'a_c'",
         [
-            'Filter (per row: "orders"."status" LIKE \'a%\'): "orders"."qty" > 2 AND',
+            'Filter (per row: "orders"."status" LIKE \'a_c\'): "orders"."qty" > 2 AND',
             'Map (per row: SUBSTRING("orders"."status" FROM 2)): "orders"."id"',
         ],
     ),

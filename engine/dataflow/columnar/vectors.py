@@ -86,6 +86,20 @@ class Vec:
         return np.broadcast_to(np.asarray(self.valid, dtype=bool), (n,))
 
 
+def raise_if_any(bad: Any, valid: Any, what: str) -> None:
+    """``NeedsRows(what)`` if ``bad`` holds for a non-NULL row (``valid``: None = every row)."""
+    bad = np.asarray(bad)
+    if valid is not None:
+        bad = bad & valid
+    if bad.any():
+        raise NeedsRows(what)
+
+
+def beyond(x: Any, bound: int) -> Any:
+    """``|x| > bound`` for int64 ``x``, without np.abs (which overflows on the smallest int64)."""
+    return (x > bound) | (x < -bound)
+
+
 def both_valid(a: Vec, b: Vec) -> Any:
     """The validity of a strict function of ``a`` and ``b`` (None: no NULLs)."""
     if a.valid is None:
