@@ -747,15 +747,14 @@ class _Compiler:
 
     def coerce(self, e: _E, to: SqlType, node: exp.Expression, free: bool = False) -> _E:
         """Implicit conversion to ``to``; with ``free`` (comparisons), int needs no conversion to
-        compare with numeric or float8 in Python."""
+        compare with numeric or float8 in Python (a bigint does with float8: Postgres rounds it
+        to float8 first, Python compares exactly)."""
         if e.type == to or e.type.unconstrained() == to.unconstrained():
             return e
-        if (
-            free
-            and e.type.is_integer
-            and to.kind in (TypeKind.NUMERIC, TypeKind.DOUBLE)
-            and not e.is_const
-        ):
+        exact = to.kind is TypeKind.NUMERIC or (
+            to.kind is TypeKind.DOUBLE and e.type.kind is not TypeKind.BIGINT
+        )
+        if free and e.type.is_integer and exact and not e.is_const:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
         return self.cast(e, to.unconstrained(), node)
 
@@ -1420,8 +1419,18 @@ class _Compiler:
                 name = self.tmp()
                 first = f"({name} := {subj.code})"
             conds = []
-            for k, w in enumerate(whens):
-                conds.append(f"{first if k == 0 else name} == {w.code}")
+            for k, w in enumerate(whens):  # Postgres' x = w: NULL if either is NULL, NaN = NaN
+                x = first if k == 0 else name
+                if w.is_const and w.value is None:
+                    conds.append(f"({x} is None and False)" if x != name else "False")
+                    continue
+                if w.simple or not w.nullable:
+                    wn, wtest = w.code, (f" and {w.code} is not None" if w.nullable else "")
+                else:
+                    wn = self.tmp()
+                    wtest = f" and ({wn} := {w.code}) is not None"
+                eq = self.compare_code("==", subj, w, name, wn)
+                conds.append(f"({x} is not None{wtest} and {eq})")
             raises = subj.raises or any(w.raises for w in whens)
         else:
             cond_es = [self._bool(i.this) for i in ifs]

@@ -49,7 +49,8 @@ VALUES = [
     "least(n, m)", "greatest(n, m, 0)", "f - g", "f + g", "f * 0", "-f", "abs(f)",
     "case when f > g then f else g end", "coalesce(f, 'NaN')", "'NaN'::float8",
     "'Infinity'::float8 - 'Infinity'::float8", "'NaN'::numeric", "n::float8", "f::numeric",
-    "n * 2", "round(f)",
+    "n * 2", "round(f)", "case f when g then 1 else 0 end", "case n when m then 'eq' end",
+    "case f when 'NaN' then 'nan' when 1.5 then 'one' end",
 ]  # fmt: skip
 
 
