@@ -18,6 +18,7 @@ from engine.dataflow.columnar import vector_kernels as K
 from engine.dataflow.columnar.vectors import Kind, Vec, constant, python_constant
 from engine.errors import UnsupportedSQL
 from engine.sql.expression_compiler import ColumnRef, ExpressionTypes, Typed
+from engine.sql.types import BOOLEAN as BOOL
 from engine.sql.types import SqlType as T
 from engine.sql.types import TypeKind
 from engine.sql.vector_casts import cast_kernel, kind_of
@@ -259,11 +260,8 @@ class VectorCompiler(OperatorRules):
         return VNode(run, t)
 
     def _simple_case(self, subject, whens, node) -> list[VNode | None] | None:
-        """CASE x WHEN v ...: the row path tests ``x == v`` in Python (a NaN equals nothing; a
-        NULL WHEN equals a NULL x there, unlike in Postgres: such a CASE runs per row)."""
+        """CASE x WHEN v ...: each WHEN is ``x = v`` (NULL if either is NULL, NaN = NaN)."""
         typed, _ = self.types.unified([subject, *whens], node, "CASE/WHEN", free=True)
-        if any(u.const and u.value is None for u in typed[1:]):
-            return None
         x = self.operand(subject, typed[0])
         if x is None or x.type.kind is TypeKind.CHAR:
             return None
@@ -274,12 +272,7 @@ class VectorCompiler(OperatorRules):
                 return None
             xr, vr = x.run, v.run
             conds.append(
-                VNode(
-                    lambda inp, xr=xr, vr=vr: K.compare(
-                        "==", *_numbers(xr(inp), vr(inp)), nan_order=False
-                    ),
-                    x.type,
-                )
+                VNode(lambda inp, xr=xr, vr=vr: K.compare("==", *_numbers(xr(inp), vr(inp))), BOOL)
             )
         return conds
 

@@ -229,7 +229,9 @@ EDGE_EXPRESSIONS = [
     "i in (1.5::float8, 7)", "n < f", "n::float8", "n * n", "n + c",
     "-c", "c * 2", "c / -1", "c % -1", "i * i", "-i", "c::int", "n::int", "n::numeric(6,2)",
     "n::bigint", "i / 0", "case when f > g then f else g end", "case f when 1.5 then 1 end",
-    "f::text", "i::float8 / 3", "n > c", "c + n * 2",
+    "f::text", "i::float8 / 3", "n > c", "c + n * 2", "case f when 'NaN' then 1 else 0 end",
+    "c in (9007199254740992.0::float8, 1.5::float8)", "case i when null then 1 else 0 end",
+    "case c when 9007199254740992::float8 then 'rounded' end",
 ]  # fmt: skip
 EDGE_COLS, EDGE_ROWS_RT = round_trip(EDGE_ROWS, EDGE_REFS)
 EDGE_ACCEPTED = [

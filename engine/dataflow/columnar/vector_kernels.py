@@ -126,17 +126,16 @@ def _float_order(op: str, x, y):
     return (x >= y) | xn
 
 
-def compare(op: str, a: Vec, b: Vec, nan_order: bool = True) -> Vec:
+def compare(op: str, a: Vec, b: Vec) -> Vec:
     """``a op b`` for operands of one kind (numerics of one scale: ``align_numeric``); NULL if
-    either is NULL. ``nan_order=False``: Python's float ``==`` (NaN equal to nothing), as the
-    row path's simple CASE compares."""
+    either is NULL; floats in Postgres' order."""
     if a.kind is not b.kind or a.scale != b.scale:
         raise TypeError(f"compare {a.kind}/{a.scale} with {b.kind}/{b.scale}")
     valid = both_valid(a, b)
     if a.kind is Kind.TEXT:
         return _bool_arrow(_ARROW_OPS[op](a.values, b.values), valid)
     with np.errstate(invalid="ignore"):
-        if a.kind is Kind.FLOAT and nan_order:
+        if a.kind is Kind.FLOAT:
             return Vec(Kind.BOOL, _float_order(op, a.values, b.values), valid)
         return Vec(Kind.BOOL, _NUMPY_OPS[op](a.values, b.values), valid)
 
