@@ -77,6 +77,11 @@ class DiffBatch:
         self._weights, self._columns, self._cweights = weights, None, None
 
     @property
+    def columnar(self) -> bool:
+        """Whether the batch is held as Arrow columns only (no tuple rows were made of it)."""
+        return self._rows is None
+
+    @property
     def columns(self) -> list[Any] | None:
         """The Arrow columns, if the batch was made of columns (else None)."""
         return self._columns

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import decimal
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -63,6 +64,8 @@ __all__ = [
     "ColumnRef",
     "CompiledExpressions",
     "DIALECT",
+    "ExpressionTypes",
+    "Typed",
     "compile_expressions",
     "compile_predicate",
     "parse_expression",
@@ -124,6 +127,69 @@ def compile_predicate(
             )
         code = e.code
     return c.finish(code)
+
+
+class Typed:
+    """An expression as the row compiler types it, for another back end of the same semantics
+    (``engine.sql.vector_expressions``): its SQL type, its value when the compiler folded it to
+    a constant, the input column it is (a bare column reference), and, for an operand returned
+    by one of ``ExpressionTypes``' coercions, whether a value conversion was applied (False: the
+    value is used as it is, possibly under another type's name, e.g. an int compared with a
+    numeric)."""
+
+    __slots__ = ("type", "const", "value", "column", "converted")
+
+    def __init__(self, e: _E, before: _E | None = None) -> None:
+        self.type: SqlType = e.type
+        self.const: bool = e.is_const
+        self.value: Any = e.value if e.is_const else None
+        self.column: int | None = int(e.code[1:]) if _COLUMN_CODE.fullmatch(e.code) else None
+        self.converted: bool = before is not None and e.code != before.code
+
+    def __repr__(self) -> str:
+        what = f"const {self.value!r}" if self.const else f"column {self.column}"
+        return f"Typed({self.type}, {what}, converted={self.converted})"
+
+
+class ExpressionTypes:
+    """The row compiler's typing decisions over ``columns``, without generating code to run:
+    the type of an expression (constants folded) and the implicit conversions Postgres applies
+    to the operands of comparisons, arithmetic, IN lists and CASE/COALESCE/NULLIF. Raises
+    ``UnsupportedSQL`` exactly where ``compile_expressions`` does."""
+
+    def __init__(self, columns: list[ColumnRef]) -> None:
+        self._c = _Compiler(columns)
+
+    def typed(self, node: exp.Expression) -> Typed:
+        return Typed(self._c.compile(node))
+
+    def boolean(self, node: exp.Expression) -> Typed:
+        """``node`` as an argument of AND/OR/NOT/CASE WHEN (an untyped literal read as boolean)."""
+        before = self._c.compile(node)
+        return Typed(self._c._bool(node), before)
+
+    def comparison(self, node: exp.Expression) -> tuple[Typed, Typed]:
+        """The operands of a comparison (``=``, ``<``, IS DISTINCT FROM...) as they are compared."""
+        a, b = self._c.compile(node.this), self._c.compile(node.expression)
+        a2, b2 = self._c._compare_operands(a, b, node)
+        return Typed(a2, a), Typed(b2, b)
+
+    def arithmetic(self, node: exp.Expression) -> tuple[Typed, Typed]:
+        """The operands of ``+ - * / %`` (an untyped literal takes the other side's type)."""
+        a, b = self._c.compile(node.this), self._c.compile(node.expression)
+        a2, b2 = self._c._arith_types(a, b, node)
+        return Typed(a2, a), Typed(b2, b)
+
+    def unified(
+        self, nodes: list[exp.Expression], node: exp.Expression, what: str, free: bool = False
+    ) -> tuple[list[Typed], SqlType]:
+        """``nodes`` converted to their common type (IN lists, CASE results, COALESCE...)."""
+        es = [self._c.compile(n) for n in nodes]
+        out, t = self._c.unify(es, node, what, free)
+        return [Typed(e2, e) for e2, e in zip(out, es, strict=True)], t
+
+
+_COLUMN_CODE = re.compile(r"c[0-9]+")
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -681,15 +747,14 @@ class _Compiler:
 
     def coerce(self, e: _E, to: SqlType, node: exp.Expression, free: bool = False) -> _E:
         """Implicit conversion to ``to``; with ``free`` (comparisons), int needs no conversion to
-        compare with numeric or float8 in Python."""
+        compare with numeric or float8 in Python (a bigint does with float8: Postgres rounds it
+        to float8 first, Python compares exactly)."""
         if e.type == to or e.type.unconstrained() == to.unconstrained():
             return e
-        if (
-            free
-            and e.type.is_integer
-            and to.kind in (TypeKind.NUMERIC, TypeKind.DOUBLE)
-            and not e.is_const
-        ):
+        exact = to.kind is TypeKind.NUMERIC or (
+            to.kind is TypeKind.DOUBLE and e.type.kind is not TypeKind.BIGINT
+        )
+        if free and e.type.is_integer and exact and not e.is_const:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
         return self.cast(e, to.unconstrained(), node)
 
@@ -1354,8 +1419,18 @@ class _Compiler:
                 name = self.tmp()
                 first = f"({name} := {subj.code})"
             conds = []
-            for k, w in enumerate(whens):
-                conds.append(f"{first if k == 0 else name} == {w.code}")
+            for k, w in enumerate(whens):  # Postgres' x = w: NULL if either is NULL, NaN = NaN
+                x = first if k == 0 else name
+                if w.is_const and w.value is None:
+                    conds.append(f"({x} is None and False)" if x != name else "False")
+                    continue
+                if w.simple or not w.nullable:
+                    wn, wtest = w.code, (f" and {w.code} is not None" if w.nullable else "")
+                else:
+                    wn = self.tmp()
+                    wtest = f" and ({wn} := {w.code}) is not None"
+                eq = self.compare_code("==", subj, w, name, wn)
+                conds.append(f"({x} is not None{wtest} and {eq})")
             raises = subj.raises or any(w.raises for w in whens)
         else:
             cond_es = [self._bool(i.this) for i in ifs]

@@ -192,7 +192,9 @@ def float_mul(a: float, b: float) -> float:
 
 def float_div(a: float, b: float) -> float:
     if b == 0.0:
-        raise EvalError("division by zero")
+        if a == a:
+            raise EvalError("division by zero")
+        return a  # Postgres' float8_div: NaN / 0 is NaN
     r = a / b
     if math.isinf(r) and not math.isinf(a):
         raise EvalError("value out of range: overflow")

@@ -75,7 +75,9 @@ EXPRESSIONS = [
     # conditionals
     "case when a > 0 then 'pos' when a < 0 then 'neg' else 'zero' end",
     "case a when 1 then 'one' when 2 then 'two' end", "case when x then n else a end",
-    "case when b <> 0 then a / b else -1 end", "coalesce(a, b, 0)", "coalesce(s, t, 'none')",
+    "case when b <> 0 then a / b else -1 end", "case a when null then 1 else 0 end",
+    "case b when 1 then 'one' when null then 'n' else 'x' end", "case f when 1.5 then f end",
+    "coalesce(a, b, 0)", "coalesce(s, t, 'none')",
     "coalesce(n, f)", "nullif(a, 0)", "nullif(s, '')", "nullif(a, 1.5)", "greatest(a, b, 1)",
     "least(n, a)", "greatest(d, e)", "least(s, t)",
     # casts
