@@ -1,10 +1,18 @@
 """The expression compiler against its oracle, a real Postgres 15.
 
 Every expression in ``EXPRESSIONS`` is evaluated over the same random rows (NULLs, zeros, negative
-and extreme numbers, awkward strings) by the compiled batch function and by Postgres
+and extreme numbers, awkward strings, rounding halves, leap days and month ends, instants around
+the DST changes of ``TIME_ZONE``) by the compiled batch function and by Postgres
 (``SELECT expr FROM rows``); values must be equal (numeric: value and scale; float: tiny relative
 tolerance), result types must match Postgres' (``pg_typeof``), and rows Postgres rejects must raise
-``EvalError`` with Postgres' message.
+``EvalError`` with Postgres' message. The database is C-collated (text compares by bytes) and the
+session's TimeZone is ``TIME_ZONE``, under which the expressions are also planned
+(``planning_time_zone``). Postgres' results are read as the engine reads values (an interval with
+its three fields, character(n) unpadded: ``engine.postgres.values``).
+
+``EXPRESSIONS``, ``COLUMNS``, ``ROWS`` (``_rows()``) and ``TIME_ZONE`` are the corpus other
+evaluators are checked against too. ``tests/sql/test_expression_inventory.py`` checks that the
+corpus exercises everything the compiler supports (``tests/sql/expression_inventory.py``).
 """
 
 from __future__ import annotations
@@ -16,15 +24,21 @@ from decimal import Decimal
 
 import psycopg
 import pytest
+from psycopg.adapt import Loader
 
 from engine.dataflow.errs import EvalError
 from engine.errors import UnsupportedSQL
+from engine.pg_interval import PgInterval
+from engine.pg_interval import fields as interval_fields
+from engine.postgres import values as PV
+from engine.sql import functions as F
 from engine.sql.expression_compiler import (
     ColumnRef,
     compile_expressions,
     compile_predicate,
     parse_expression,
 )
+from engine.sql.time_zone import planning_time_zone
 from engine.sql.types import TypeKind, from_pg_name
 
 COLUMNS = [
@@ -43,7 +57,16 @@ COLUMNS = [
     ("ts", "timestamp"),
     ("x", "boolean"),
     ("y", "boolean"),
+    ("r", "real"),
+    ("tz", "timestamp with time zone"),
+    ("iv", "interval"),
+    ("h", "numeric(8,3)"),  # rounding halves, both signs
+    ("hf", "double precision"),  # halves (rounding to even), huge, tiny, infinite
+    ("v", "character varying(6)"),
+    ("ch", "character(4)"),  # carried unpadded (engine.postgres.values.parse_bpchar)
+    ("dt", "date"),  # leap days, month ends, year ends
 ]
+TIME_ZONE = "America/New_York"  # the oracle session's TimeZone and the planning's
 REFS = [ColumnRef(name, "t", from_pg_name(typ)) for name, typ in COLUMNS]
 
 EXPRESSIONS = [
@@ -112,6 +135,40 @@ DATE_TEXTS += ["2024-06-30 12:34:56", "2024-06-30 12:34:56.5"]
 
 N_ROWS = 70
 
+UTC = datetime.UTC
+EDGE_INSTANTS = [  # New York's DST changes of 2024 (07:00Z spring, 06:00Z fall), a leap day, year ends
+    datetime.datetime(2024, 3, 10, 6, 59, 59, 500000, tzinfo=UTC),
+    datetime.datetime(2024, 3, 10, 7, 0, tzinfo=UTC),
+    datetime.datetime(2024, 3, 10, 7, 30, tzinfo=UTC),
+    datetime.datetime(2024, 11, 3, 5, 30, tzinfo=UTC),
+    datetime.datetime(2024, 11, 3, 6, 0, tzinfo=UTC),
+    datetime.datetime(2024, 11, 3, 6, 30, tzinfo=UTC),
+    datetime.datetime(2024, 2, 29, 4, 59, 59, tzinfo=UTC),
+    datetime.datetime(2024, 1, 1, 4, 59, 59, 999999, tzinfo=UTC),
+    datetime.datetime(2023, 1, 31, 12, 0, tzinfo=UTC),
+]
+INTERVALS = [  # (months, days, microseconds)
+    (1, 0, 0), (-1, 0, 0), (14, 3, 0), (0, -3, 0), (0, 1, -7_200_000_000),
+    (0, 0, 129_600_000_000), (0, 0, -500_000), (2, -1, 10_800_000_000), (0, 0, 0),
+    (-13, -40, -1), (0, 30, 0), (0, 0, 86_400_000_000), (12, 0, 0), (0, 1, 0),
+]  # fmt: skip
+HALVES = [
+    "2.500", "-2.500", "0.500", "-0.500", "1.005", "-1.005", "12.345", "-12.345", "0.000",
+    "99999.999", "-99999.999", "0.050", "-0.005", "1234.500", "3.500", "-3.500",
+]  # fmt: skip
+FLOAT_HALVES = [
+    0.5, 1.5, 2.5, -0.5, -2.5, 3.5, -0.0, 4503599627370495.5, 1e300, -1e300, 5e-324,
+    math.inf, -math.inf, 2147483647.5, -2147483648.5, 9.2e18, 32767.5, 1e-5,
+]  # fmt: skip
+SHORT_TEXTS = ["", "ab", "AB", "a b", "abcd", " x", "12", "-3", "é", "zz", "a%", "ab  c"]
+CHARS = ["", "ab", "AB", "a b", "abcd", " x", "12", "é", "a"]
+EDGE_DATES = [
+    datetime.date(2020, 2, 29), datetime.date(2019, 2, 28), datetime.date(2024, 1, 31),
+    datetime.date(2023, 12, 31), datetime.date(2000, 2, 29), datetime.date(1900, 2, 28),
+    datetime.date(2021, 3, 31), datetime.date(2024, 12, 31), datetime.date(2021, 1, 1),
+    datetime.date(2020, 12, 31), datetime.date(2027, 1, 3), datetime.date(2010, 1, 3),
+]  # fmt: skip
+
 
 def _rand_int(rng: random.Random, lo: int, hi: int) -> int | None:
     r = rng.random()
@@ -130,6 +187,7 @@ def _maybe(rng: random.Random, value):
 
 def _rows(seed: int = 20240601) -> list[tuple]:
     rng = random.Random(seed)
+    extra = random.Random(seed + 1)
     rows = []
     for _ in range(N_ROWS):
         d0 = datetime.date(1995, 1, 1) + datetime.timedelta(days=rng.randint(0, 365 * 40))
@@ -164,9 +222,39 @@ def _rows(seed: int = 20240601) -> list[tuple]:
                 _maybe(rng, ts),
                 _maybe(rng, rng.random() < 0.5),
                 _maybe(rng, rng.random() < 0.5),
+                *_more_values(extra),
             )
         )
     return rows
+
+
+def _more_values(rng: random.Random) -> tuple:
+    """The values of the columns after ``y``, from a generator of their own (so that adding
+    columns leaves the earlier columns' values as they were)."""
+    tz = datetime.datetime(1995, 1, 1, tzinfo=UTC) + datetime.timedelta(
+        seconds=rng.randint(0, 86400 * 365 * 35), microseconds=rng.choice([0, 250000])
+    )
+    real = rng.choice(
+        [0.0, -1.5, 3.25, 0.1, 16777217.0, 3.4e38, -2.5, 1e-30, rng.uniform(-1e4, 1e4)]
+    )
+    iv = rng.choice(INTERVALS) if rng.random() < 0.8 else (
+        rng.randint(-30, 30), rng.randint(-40, 40), rng.randint(-(10**11), 10**11)
+    )  # fmt: skip
+    dt = (
+        rng.choice(EDGE_DATES)
+        if rng.random() < 0.6
+        else datetime.date(1990, 1, 1) + datetime.timedelta(days=rng.randint(0, 365 * 45))
+    )
+    return (
+        _maybe(rng, float(F.float4_text(F.to_float4(real)))),  # as the engine reads a real
+        _maybe(rng, rng.choice(EDGE_INSTANTS) if rng.random() < 0.4 else tz),
+        _maybe(rng, PgInterval(*iv)),
+        _maybe(rng, Decimal(rng.choice(HALVES))),
+        _maybe(rng, rng.choice(FLOAT_HALVES)),
+        _maybe(rng, rng.choice(SHORT_TEXTS)),
+        _maybe(rng, rng.choice(CHARS)),
+        _maybe(rng, dt),
+    )
 
 
 ROWS = _rows()
@@ -184,13 +272,42 @@ _OIDS = {
     1082: TypeKind.DATE,
     1114: TypeKind.TIMESTAMP,
     1186: TypeKind.INTERVAL,
+    1184: TypeKind.TIMESTAMPTZ,
+    1083: TypeKind.TIME,
+    1042: TypeKind.CHAR,
 }
+
+
+class _EngineValueLoader(Loader):
+    """A result value as the engine reads it from Postgres' text output, for the types psycopg
+    reads otherwise: an interval with months, days and time apart (psycopg folds a month into
+    30 days), character(n) without its padding."""
+
+    parse = staticmethod(PV.parse_text)
+
+    def load(self, data) -> object:
+        return self.parse(bytes(data))
+
+
+def engine_loaders(conn: psycopg.Connection) -> None:
+    """Make ``conn`` read intervals and character(n) values as the engine carries them."""
+    for oid, parse in [(PV.INTERVAL, PV.parse_interval), (PV.BPCHAR, PV.parse_bpchar)]:
+        loader = type(f"_Loader{oid}", (_EngineValueLoader,), {"parse": staticmethod(parse)})
+        conn.adapters.register_loader(oid, loader)
 
 
 @pytest.fixture(scope="module")
 def oracle(pg_server):
     with pg_server.database_with_table("exprs", COLUMNS, ROWS) as conn:
+        conn.execute(f"SET TimeZone = '{TIME_ZONE}'")
+        engine_loaders(conn)
         yield conn
+
+
+def compile_corpus(sqls: list[str], refs: list[ColumnRef] = REFS):
+    """Compile corpus expressions as a view would be planned: under ``TIME_ZONE``."""
+    with planning_time_zone(TIME_ZONE):
+        return compile_expressions([parse_expression(sql) for sql in sqls], refs)
 
 
 def _pg_eval(conn, sql: str) -> tuple[TypeKind, list]:
@@ -242,6 +359,18 @@ def _same(ours, theirs) -> bool:
             and ours == theirs
             and max(0, -ours.as_tuple().exponent) == max(0, -theirs.as_tuple().exponent)
         )
+    if isinstance(theirs, datetime.datetime) and theirs.tzinfo is not None:
+        # an instant (psycopg gives it in the session's zone, incview in UTC): compared in UTC,
+        # as Python's == is False for a time in a fall-back hour compared across zones
+        return (
+            isinstance(ours, datetime.datetime)
+            and ours.tzinfo is not None
+            and ours.astimezone(UTC) == theirs.astimezone(UTC)
+        )
+    if isinstance(theirs, datetime.timedelta):  # an interval: its three fields, as Postgres'
+        return isinstance(ours, datetime.timedelta) and interval_fields(ours) == interval_fields(
+            theirs
+        )
     return type(ours) is type(theirs) and ours == theirs
 
 
@@ -252,7 +381,7 @@ def test_enough_expressions():
 
 @pytest.mark.parametrize("sql", EXPRESSIONS)
 def test_matches_postgres(oracle, sql):
-    compiled = compile_expressions([parse_expression(sql)], REFS)
+    compiled = compile_corpus([sql])
     kind, theirs = _pg_eval(oracle, sql)
     assert compiled.types[0].kind is kind, (compiled.types[0], kind, compiled.source)
     ours = _ours(compiled.fn, ROWS)
