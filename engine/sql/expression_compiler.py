@@ -641,15 +641,21 @@ class _Compiler:
                 return F.numeric_to_float8, True
             if t is TypeKind.REAL:
                 return (lambda v: F.to_float4(float(v))), True
+        if s is TypeKind.REAL and t is not TypeKind.REAL:
+            # from the real's exact single-precision value (F.float4_to_float8), as Postgres
+            if t is TypeKind.DOUBLE:
+                return F.float4_to_float8, False
+            if t is TypeKind.NUMERIC:  # float4_numeric: FLT_DIG (6) significant digits
+                return (lambda v: F.float_to_numeric(F.float4_to_float8(v), 6)), False
+            if to.is_integer:
+                lo, hi, msg = INT_RANGES[t]
+                return (lambda v: F.float_to_int(F.float4_to_float8(v), lo, hi, msg)), True
         if src.is_float:
             if to.is_integer:
                 lo, hi, msg = INT_RANGES[t]
                 return (lambda v: F.float_to_int(v, lo, hi, msg)), True
             if t is TypeKind.NUMERIC:
-                digits = 15 if s is TypeKind.DOUBLE else 6
-                return (lambda v: F.float_to_numeric(v, digits)), False
-            if t is TypeKind.DOUBLE:
-                return None
+                return (lambda v: F.float_to_numeric(v, 15)), False
             if t is TypeKind.REAL:
                 return F.to_float4, True
         if s is TypeKind.BOOLEAN and t is TypeKind.INTEGER:
@@ -883,7 +889,9 @@ class _Compiler:
         if ta.is_numeric_category and tb.is_numeric_category:
             # Postgres compares in float8; Python compares int/float exactly (same for |x| < 2**53)
             wide = TypeKind.NUMERIC in (ta.kind, tb.kind) or TypeKind.BIGINT in (ta.kind, tb.kind)
-            if ta.is_float != tb.is_float and wide:
+            # a real against anything but a real: its exact single-precision value in float8
+            real = TypeKind.REAL in (ta.kind, tb.kind) and ta.kind is not tb.kind
+            if ta.is_float != tb.is_float and wide or real:
                 return self.cast(a, DOUBLE, node), self.cast(b, DOUBLE, node)
             return a, b
         t = common_type([ta, tb])
@@ -1143,8 +1151,10 @@ class _Compiler:
             return self._fold(a, b, build, t, True)
         if ta.is_float or tb.is_float:
             t = REAL if ta.kind is TypeKind.REAL and tb.kind is TypeKind.REAL else DOUBLE
-            a = self.cast(a, DOUBLE, node) if ta.kind is TypeKind.NUMERIC else a
-            b = self.cast(b, DOUBLE, node) if tb.kind is TypeKind.NUMERIC else b
+            # in float8, a real as its exact single-precision value (float4pl and the like
+            # round the float8 result to real again, below)
+            a = self.cast(a, DOUBLE, node) if ta.kind in (TypeKind.NUMERIC, TypeKind.REAL) else a
+            b = self.cast(b, DOUBLE, node) if tb.kind in (TypeKind.NUMERIC, TypeKind.REAL) else b
             if op == "%":
                 raise UnsupportedSQL(f"operator does not exist: {ta} % {tb} {_where(node)}")
             if op in "+-":

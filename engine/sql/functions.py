@@ -204,16 +204,33 @@ def float_div(a: float, b: float) -> float:
 
 
 def to_float4(x: float) -> float:
-    """Round a float to single precision (real), with Postgres' overflow/underflow errors."""
+    """Round a float to single precision (real), with Postgres' overflow/underflow errors.
+
+    The result is a real as the engine carries it: the double nearest to the real's shortest
+    decimal text, which is what Postgres prints and what the snapshot and the CDC decoder read
+    (``0.1``, not the single-precision value ``0.10000000149011612``).
+    """
     if x != x or math.isinf(x):
         return x
     try:
-        r = struct.unpack("f", struct.pack("f", x))[0]
+        r = _unpack_f(_pack_f(x))[0]
     except OverflowError:
         raise EvalError("value out of range: overflow") from None
     if r == 0.0 and x != 0.0:
         raise EvalError("value out of range: underflow")
-    return r
+    return float(float4_text(r))
+
+
+def float4_to_float8(x: float) -> float:
+    """real -> double precision: the real's exact single-precision value, as Postgres widens it
+    (a real carried as ``0.1`` is ``0.10000000149011612`` in double precision)."""
+    if x != x or math.isinf(x):
+        return x
+    return _unpack_f(_pack_f(x))[0]
+
+
+_pack_f = struct.Struct("<f").pack  # standard size: OverflowError past the largest real
+_unpack_f = struct.Struct("<f").unpack
 
 
 def float_round(x: float) -> float:
@@ -223,9 +240,11 @@ def float_round(x: float) -> float:
     return float(round(x))
 
 
-def _shortest_text(sign: bool, digits: str, e10: int) -> str:
+def _shortest_text(sign: bool, digits: str, e10: int, exponent_from: int = 15) -> str:
+    """Postgres' shortest-digits output: positional for exponents in [-4, ``exponent_from``)
+    (float8: 15, float4: 6), else ``1.5e+07``."""
     n = len(digits)
-    if -4 <= e10 < 15:
+    if -4 <= e10 < exponent_from:
         if e10 >= n - 1:
             out = digits + "0" * (e10 - n + 1)
         elif e10 >= 0:
@@ -246,23 +265,51 @@ def float8_text(x: float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0.0:
         return "-0" if math.copysign(1.0, x) < 0 else "0"
-    sign, digits, exp = Decimal(repr(x)).as_tuple()
+    d = Decimal(repr(x))  # the fewest digits that read back as x, a tie included
+    low, high = _rounding_interval(x, math.nextafter(abs(x), 0.0), math.nextafter(abs(x), _INF))
+    if not low < d < high:  # a tie: Postgres (ryu) takes the next length that is no tie
+        for p in range(len(d.as_tuple().digits), 17):
+            d = Decimal(format(x, f".{p}e"))
+            if low < d < high:
+                break
+    sign, digits, exp = d.as_tuple()
     s = "".join(map(str, digits)).rstrip("0") or "0"
     e10 = len(digits) - 1 + exp
     return _shortest_text(bool(sign), s, e10)
 
 
+def _rounding_interval(x: float, below: float, above: float) -> tuple[Decimal, Decimal]:
+    """The decimals strictly between the two bounds read back as ``x`` (finite, not 0), whose
+    neighbours in magnitude are ``below`` and ``above`` (+inf past the largest value): the
+    midpoints between them."""
+    ax = Decimal(abs(x))
+    low = (ax + Decimal(below)) / 2
+    high = (ax + Decimal(above)) / 2 if math.isfinite(above) else ax + (ax - low)
+    return (low, high) if x > 0 else (-high, -low)
+
+
+def _float4_rounding_interval(x: float) -> tuple[Decimal, Decimal]:
+    """``_rounding_interval`` of the real ``x`` (its exact value; finite, not 0)."""
+    (bits,) = struct.unpack("<I", _pack_f(abs(x)))
+    below = struct.unpack("<f", struct.pack("<I", bits - 1))[0]
+    above = struct.unpack("<f", struct.pack("<I", bits + 1))[0]  # +inf past the largest real
+    return _rounding_interval(x, below, above)
+
+
 def float4_text(x: float) -> str:
+    """Postgres 15's float4out: the fewest digits that read back as the same real."""
     if x != x or math.isinf(x) or x == 0.0:
         return float8_text(x)
-    for p in range(1, 10):
+    x = _unpack_f(_pack_f(x))[0]
+    low, high = _float4_rounding_interval(x)
+    for p in range(9):
         s = format(x, f".{p}e")
-        if struct.unpack("f", struct.pack("f", float(s)))[0] == x:
+        if low < Decimal(s) < high:  # a tie reads back as x, but Postgres (ryu) rejects it
             break
     mant, e = s.split("e")
     neg = mant.startswith("-")
     digits = mant.lstrip("-").replace(".", "").rstrip("0") or "0"
-    return _shortest_text(neg, digits, int(e))
+    return _shortest_text(neg, digits, int(e), exponent_from=6)
 
 
 # --- text input (casts from text) -------------------------------------------------------------
