@@ -1725,13 +1725,6 @@ class _Compiler:
             raise _unsupported(node, f"? with a {key.type} key")
         return self.call(CV.jsonb_has_key, [doc, key], BOOLEAN, raises=False)
 
-    def _jsonb_function(self, node: exp.Anonymous, name: str) -> _E:
-        (arg,) = node.expressions
-        doc = self._jsonb_operand(node, arg)
-        if name == "jsonb_typeof":
-            return self.call(CV.jsonb_typeof, [doc], TEXT, raises=False)
-        return self.call(CV.jsonb_array_length, [doc], INTEGER, raises=True)
-
     def c_Bracket(self, node: exp.Bracket) -> _E:
         arr = self.compile(node.this)
         if arr.type.kind is not TypeKind.ARRAY:
@@ -1754,32 +1747,54 @@ class _Compiler:
             raise _unsupported(node, f"cardinality of {arr.type}")
         return self.call(CV.cardinality, [arr], INTEGER, raises=False)
 
+    # Functions sqlglot leaves anonymous: name -> (the numbers of arguments it takes, the
+    # method compiling a call). The inventory of the expression corpus reads this table.
+    FUNCTIONS: dict[str, tuple[tuple[int, ...], str]] = {
+        "cardinality": ((1,), "f_cardinality"),
+        "jsonb_typeof": ((1,), "f_jsonb_function"),
+        "jsonb_array_length": ((1,), "f_jsonb_function"),
+        F.RAISE_FUNCTION: ((2,), "f_raise"),  # written by the planner only
+        "date_part": ((2,), "f_date_part"),
+        "btrim": ((1, 2), "f_btrim"),
+        "strpos": ((2,), "f_strpos"),
+        "octet_length": ((1,), "f_octet_length"),
+    }
+
     def c_Anonymous(self, node: exp.Anonymous) -> _E:
         name = node.name.lower()
-        args = node.expressions
-        if name == "cardinality" and len(args) == 1:
-            return self._cardinality(node, args[0])
-        if name in ("jsonb_typeof", "jsonb_array_length") and len(args) == 1:
-            return self._jsonb_function(node, name)
-        if name == F.RAISE_FUNCTION and len(args) == 2:  # written by the planner only
-            like = self.compile(args[1])
-            return _E(f"{self.helper(F.raise_error)}({args[0].this!r})", like.type, True, True)
-        if name == "date_part" and len(args) == 2:
-            unit = args[0]
-            if not (isinstance(unit, exp.Literal) and unit.is_string):
-                raise _unsupported(node, "date_part with a non-constant field")
-            return self._extract(node, unit.this, args[1], as_float=True)
-        if name == "btrim" and len(args) in (1, 2):
-            return self.compile(
-                exp.Trim(this=args[0], expression=args[1] if len(args) > 1 else None)
-            )
-        if name == "strpos" and len(args) == 2:
-            return self.compile(exp.StrPosition(this=args[0], substr=args[1]))
-        if name == "octet_length" and len(args) == 1:
-            s = self._text_arg(args[0], "octet_length")
-            code, nullable = self.strict([s], lambda xs: f"len({xs[0]}.encode())")
-            return _E(code, INTEGER, nullable, s.raises)
-        raise self._unknown(node)
+        counts, method = self.FUNCTIONS.get(name, ((), ""))
+        if len(node.expressions) not in counts:
+            raise self._unknown(node)
+        return getattr(self, method)(node, name, *node.expressions)
+
+    def f_cardinality(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        return self._cardinality(node, arg)
+
+    def f_jsonb_function(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        doc = self._jsonb_operand(node, arg)
+        if name == "jsonb_typeof":
+            return self.call(CV.jsonb_typeof, [doc], TEXT, raises=False)
+        return self.call(CV.jsonb_array_length, [doc], INTEGER, raises=True)
+
+    def f_raise(self, node: exp.Anonymous, name: str, message, like: exp.Expression) -> _E:
+        typed = self.compile(like)
+        return _E(f"{self.helper(F.raise_error)}({message.this!r})", typed.type, True, True)
+
+    def f_date_part(self, node: exp.Anonymous, name: str, unit, value: exp.Expression) -> _E:
+        if not (isinstance(unit, exp.Literal) and unit.is_string):
+            raise _unsupported(node, "date_part with a non-constant field")
+        return self._extract(node, unit.this, value, as_float=True)
+
+    def f_btrim(self, node: exp.Anonymous, name: str, text, chars=None) -> _E:
+        return self.compile(exp.Trim(this=text, expression=chars))
+
+    def f_strpos(self, node: exp.Anonymous, name: str, text, sub) -> _E:
+        return self.compile(exp.StrPosition(this=text, substr=sub))
+
+    def f_octet_length(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        s = self._text_arg(arg, "octet_length")
+        code, nullable = self.strict([s], lambda xs: f"len({xs[0]}.encode())")
+        return _E(code, INTEGER, nullable, s.raises)
 
     # -- sqlglot spellings of the same functions -----------------------------------------------
     def c_Var(self, node: exp.Var) -> _E:
