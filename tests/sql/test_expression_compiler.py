@@ -96,6 +96,7 @@ EXPRESSIONS = [
     "s like '_b%'", "s not like '%c'", "s ilike 'A%'", "s like t", "s like 'a\\%%'",
     "s like '%'", "s ilike t", "t like 'x%y' escape 'x'", "s not ilike '%B'",
     "s like 'a%b%'", "s not like '%b%c%'", "t like '%a%b'", "s like '%a_b%'",
+    "like(s, 'a%')", "like(t, s)",
     # conditionals
     "case when a > 0 then 'pos' when a < 0 then 'neg' else 'zero' end",
     "case a when 1 then 'one' when 2 then 'two' end", "case when x then n else a end",
@@ -471,6 +472,10 @@ def test_predicate():
         ("ts::timestamptz", "TimeZone"),
         ("a between symmetric 1 and 2", "SYMMETRIC"),
         ("a + 'abc'", 'invalid input syntax for type integer: "abc"'),
+        # names sqlglot reads as other dialects' constructs: Postgres has no such function
+        ("if(x, 1, 2)", "function if()"),
+        ("convert(s, int)", "function convert()"),
+        ("json_extract_path(s, 'a')", "function json_extract_path()"),
     ],
 )
 def test_unsupported(sql, needle):
