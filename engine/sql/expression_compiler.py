@@ -1197,14 +1197,13 @@ class _Compiler:
         ka, kb = a.type.kind, b.type.kind
         D, TS, IV = TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.INTERVAL
         TZ = TypeKind.TIMESTAMPTZ
-        if op == "+" and (kb in (D, TS, TZ) and (ka is IV or a.type.is_integer)):
+        INT4 = (TypeKind.SMALLINT, TypeKind.INTEGER)  # date + bigint does not exist
+        if op == "+" and (kb in (D, TS, TZ) and (ka is IV or ka in INT4)):
             a, b, ka, kb = b, a, kb, ka
         if TZ in (ka, kb):
             return self._zoned_op(op, a, b, node)
-        if ka is D and b.type.is_integer and op in "+-":
-            fn = F.date_plus_days
-            if op == "-":
-                b = self._neg(b, node)
+        if ka is D and kb in INT4 and op in "+-":
+            fn = F.date_plus_days if op == "+" else F.date_minus_days
             return self.call(fn, [a, b], DATE)
         if ka is D and kb is D and op == "-":
             code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} - {xs[1]}).days")
@@ -1279,7 +1278,10 @@ class _Compiler:
         raise UnsupportedSQL(f"operator does not exist: - {t} {_where(node)}")
 
     def c_Neg(self, node: exp.Neg) -> _E:
-        return self._neg(self.compile(node.this), node)
+        a = self.compile(node.this)
+        if a.type.kind is TypeKind.UNKNOWN:  # - NULL, - '1': several operators would fit
+            raise UnsupportedSQL(f"operator is not unique: - unknown {_where(node)}")
+        return self._neg(a, node)
 
     # -- strings -------------------------------------------------------------------------------
     def c_DPipe(self, node: exp.DPipe) -> _E:
@@ -1339,9 +1341,12 @@ class _Compiler:
             return self.cast(e, INTEGER, node)
         if e.type.kind in (TypeKind.SMALLINT, TypeKind.INTEGER):
             return e
-        if e.type.kind in (TypeKind.BIGINT, TypeKind.NUMERIC) or e.type.is_float:
-            return self.cast(e, INTEGER, node)
-        raise UnsupportedSQL(f"an integer argument is required, not {e.type} {_where(node)}")
+        # Postgres converts bigint, numeric and floats to integer only when told: its function
+        # (left(text, bigint)...) does not exist
+        raise UnsupportedSQL(
+            f"an integer argument is required, not {e.type} {_where(node)}; Postgres casts "
+            f"{e.type} to integer only explicitly: add ::int"
+        )
 
     def c_Substring(self, node: exp.Substring) -> _E:
         s = self._text_arg(node.this, "substring")
@@ -1420,6 +1425,8 @@ class _Compiler:
         results, t = self.unify(results, node, "CASE")
         if subject is not None:
             subj = self.compile(subject)
+            if subj.type.kind is TypeKind.UNKNOWN:  # Postgres reads an untyped subject as text
+                subj = self.cast(subj, TEXT, node)
             whens = [self.compile(i.this) for i in ifs]
             unified, _ct = self.unify([subj, *whens], node, "CASE/WHEN", free=True)
             subj, whens = unified[0], unified[1:]
@@ -1710,12 +1717,18 @@ class _Compiler:
             raise _unsupported(node, f"{node.key} on {v.type}", "cast the value to jsonb")
         return v
 
+    def _jsonb_operands(self, node: exp.Expression, op: str) -> tuple[_E, _E]:
+        if all(isinstance(e, (exp.Literal, exp.Null)) for e in (node.this, node.expression)):
+            # two untyped literals: jsonb's, arrays' and ranges' operators would all fit
+            raise UnsupportedSQL(f"operator is not unique: unknown {op} unknown {_where(node)}")
+        return self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+
     def c_ArrayContainsAll(self, node: exp.ArrayContainsAll) -> _E:  # jsonb @> jsonb
-        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        a, b = self._jsonb_operands(node, "@>")
         return self.call(CV.jsonb_contains, [a, b], BOOLEAN, raises=False)
 
     def c_ArrayContainedBy(self, node: exp.ArrayContainedBy) -> _E:  # jsonb <@ jsonb
-        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        a, b = self._jsonb_operands(node, "<@")
         return self.call(CV.jsonb_contains, [b, a], BOOLEAN, raises=False)
 
     def c_JSONBContainsTopKey(self, node: exp.JSONBContainsTopKey) -> _E:  # jsonb ? text

@@ -790,8 +790,17 @@ def ts_minus_interval(ts: datetime.datetime, iv) -> datetime.datetime:
 
 
 def date_plus_days(d: datetime.date, n: int) -> datetime.date:
+    """date + integer (a date beyond the years 1-9999, which Postgres has, is out of range)."""
     try:
         return d + datetime.timedelta(days=n)
+    except OverflowError:
+        raise EvalError("date out of range") from None
+
+
+def date_minus_days(d: datetime.date, n: int) -> datetime.date:
+    """date - integer, without negating n (- -2147483648 is no integer overflow in Postgres)."""
+    try:
+        return d - datetime.timedelta(days=n)
     except OverflowError:
         raise EvalError("date out of range") from None
 

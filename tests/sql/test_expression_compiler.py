@@ -124,7 +124,7 @@ EXPRESSIONS = [
     "extract(quarter from d)", "extract(epoch from d)", "extract(hour from ts)",
     "extract(minute from ts)", "extract(isoyear from d)", "extract(century from ts)",
     "date_part('month', ts)", "date_part('epoch', ts)", "date_part('second', ts)",
-    "ts > d + 1", "d = '2020-02-29'",
+    "ts > d + 1", "d = '2020-02-29'", "d - si", "si + d", "dt - si", "case s when 'a' then 1 end",
     # real: carried as its shortest decimal (0.1), computed from its exact value (0.100000001...)
     "r::float8", "r + r", "r * r", "r - r", "r / r", "r * 2", "r - f", "r * n", "r < f",
     "r = 0.1", "r < a", "r = r", "r in (0.1, 1.5)", "r::numeric", "r::text", "-r", "abs(r)",
@@ -476,6 +476,15 @@ def test_predicate():
         ("if(x, 1, 2)", "function if()"),
         ("convert(s, int)", "function convert()"),
         ("json_extract_path(s, 'a')", "function json_extract_path()"),
+        # Postgres has no implicit cast to integer from bigint, numeric or floats
+        ("left(s, c)", "integer argument is required, not bigint"),
+        ("substr(s, n)", "integer argument is required, not numeric"),
+        ("round(n, f)", "integer argument is required, not double precision"),
+        ("d + c", "operator does not exist: date + bigint"),
+        ("-null", "operator is not unique: - unknown"),
+        ("- '1'", "operator is not unique: - unknown"),
+        ("'{}' @> '{}'", "operator is not unique: unknown @> unknown"),
+        ("case '1' when 1 then 'x' end", "CASE/WHEN types text and integer"),
     ],
 )
 def test_unsupported(sql, needle):
