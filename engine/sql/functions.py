@@ -91,10 +91,16 @@ def numeric_mod(a: Decimal | int, b: Decimal | int) -> Decimal:
     return r.copy_abs() if r == 0 else r
 
 
+# round(numeric, n) limits n as Postgres 15 does: no scale beyond NUMERIC_DSCALE_MAX, nor a
+# rounding position before the largest numeric's first digit
+_ROUND_PLACES = (-(0x7FFF + 1) * 4 - 1, 0x3FFF)
+
+
 def numeric_round(d: Decimal, places: int = 0) -> Decimal:
     """round(numeric, n): half away from zero; result scale max(n, 0)."""
     if not d.is_finite():
         return d
+    places = min(max(places, _ROUND_PLACES[0]), _ROUND_PLACES[1])
     r = d.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP, NUMERIC_CONTEXT)
     if places < 0:
         r = r.quantize(Decimal(1), context=NUMERIC_CONTEXT)

@@ -84,7 +84,8 @@ EXPRESSIONS = [
     "-a", "-c", "a + n", "n * m", "n / b", "m / n", "n % b", "m - n", "f * a", "f / b",
     "f + n", "f - f", "a / 2.0", "1.0 / 3", "abs(a)", "abs(n)", "abs(f)", "round(n)",
     "round(n, 1)", "round(m, -1)", "round(f)", "round(a)", "floor(n)", "ceil(f)", "ceil(m)",
-    "mod(a, 7)", "mod(n, 2)", "2147483647 + a", "a * 1.5 + b",
+    "mod(a, 7)", "mod(n, 2)", "2147483647 + a", "a * 1.5 + b", "round(n, a)", "round(h, si)",
+    "round(m, b)",
     # strings
     "s || t", "s || a", "s || x", "concat(s, a, x, n)", "concat(s, null, t)", "lower(s)",
     "upper(t)", "length(s)", "char_length(t)", "substring(s from 2 for 3)",
