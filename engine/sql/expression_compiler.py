@@ -577,6 +577,8 @@ class _Compiler:
             src = TEXT
             if to.kind is TypeKind.INTERVAL and e.is_const:
                 return self.interval_literal(e.value, node)
+        if not to.is_string:
+            e = self.padded(e)  # the input function reads character(n)'s padded text
         conv = self._cast_fn(src, to, node)
         if conv is None:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
@@ -919,6 +921,16 @@ class _Compiler:
         code, nullable = self.strict([e], lambda xs: f"{xs[0]}.rstrip(' ')")
         return _E(code, TEXT, nullable, e.raises)
 
+    def padded(self, e: _E) -> _E:
+        """A character(n) value with its padding, where Postgres reads it so (its output in
+        concat(), casts through text input, the subject of LIKE, octet_length): the engine
+        carries it unpadded (``engine.postgres.values.parse_bpchar``)."""
+        if e.type.kind is not TypeKind.CHAR or e.type.length is None:
+            return e
+        n = e.type.length
+        code, nullable = self.strict([e], lambda xs: f"{xs[0]}.ljust({n})")
+        return _E(code, e.type, nullable, e.raises)
+
     def _comparison(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
         op = _COMPARISONS[type(node)]
@@ -1050,7 +1062,7 @@ class _Compiler:
     def _like(self, node: exp.Expression, escape: str | None) -> _E:
         icase = isinstance(node, exp.ILike)
         neg = bool(node.args.get("negate"))
-        s = self._text_arg(node.this, "LIKE")
+        s = self.padded(self._text_arg(node.this, "LIKE"))  # bpcharlike: the padded subject
         p = self._text_arg(node.expression, "LIKE")
         if p.is_const and p.value is not None:
             pattern = F.ascii_lower(p.value) if icase else p.value
@@ -1300,7 +1312,7 @@ class _Compiler:
         parts = []
         raises = False
         for arg in node.expressions:
-            e = self.compile(arg)
+            e = self.padded(self.compile(arg))  # each argument's output text
             raises |= e.raises
             if e.is_const and e.value is None:
                 continue
@@ -1805,7 +1817,7 @@ class _Compiler:
         return self.compile(exp.StrPosition(this=text, substr=sub))
 
     def f_octet_length(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
-        s = self._text_arg(arg, "octet_length")
+        s = self.padded(self._text_arg(arg, "octet_length"))
         code, nullable = self.strict([s], lambda xs: f"len({xs[0]}.encode())")
         return _E(code, INTEGER, nullable, s.raises)
 

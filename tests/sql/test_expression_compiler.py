@@ -126,6 +126,13 @@ EXPRESSIONS = [
     "extract(minute from ts)", "extract(isoyear from d)", "extract(century from ts)",
     "date_part('month', ts)", "date_part('epoch', ts)", "date_part('second', ts)",
     "ts > d + 1", "d = '2020-02-29'", "d - si", "si + d", "dt - si", "case s when 'a' then 1 end",
+    # character(n): carried unpadded; its padding counts in its output, text input and LIKE
+    "concat(ch, a, x, n)", "concat(ch, v)", "ch::int", "ch::bigint", "ch::date", "ch::boolean",
+    "ch::numeric(6,2)", "ch::real", "ch::timestamptz", "ch like ch", "ch ilike v",
+    "ch like 'ab%'", "octet_length(ch)", "ch::varchar(3)", "ch::varchar", "ch::text",
+    "length(ch)", "char_length(ch)", "ch || ch", "upper(ch)", "ch = v", "ch < v", "ch = s",
+    "ch in ('ab', 'x')", "ch = 'ab  '", "position('b' in ch)", "strpos(ch, ' ')",
+    "replace(ch, ' ', '_')", "reverse(ch)", "left(ch, 3)", "split_part(ch, ' ', 2)", "trim(ch)",
     # real: carried as its shortest decimal (0.1), computed from its exact value (0.100000001...)
     "r::float8", "r + r", "r * r", "r - r", "r / r", "r * 2", "r - f", "r * n", "r < f",
     "r = 0.1", "r < a", "r = r", "r in (0.1, 1.5)", "r::numeric", "r::text", "-r", "abs(r)",
