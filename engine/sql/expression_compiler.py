@@ -757,6 +757,11 @@ class _Compiler:
         """Implicit conversion to ``to``; with ``free`` (comparisons), int needs no conversion to
         compare with numeric or float8 in Python (a bigint does with float8: Postgres rounds it
         to float8 first, Python compares exactly)."""
+        if to.kind is TypeKind.CHAR and e.type.kind is not TypeKind.CHAR:
+            # text -> character: its trailing blanks do not count (the engine drops them)
+            e = self.cast(e, TEXT, node)
+            code, nullable = self.strict([e], lambda xs: f"{xs[0]}.rstrip(' ')")
+            return _E(code, SqlType(TypeKind.CHAR), nullable, e.raises)
         if e.type == to or e.type.unconstrained() == to.unconstrained():
             return e
         exact = to.kind is TypeKind.NUMERIC or (
@@ -767,12 +772,23 @@ class _Compiler:
         return self.cast(e, to.unconstrained(), node)
 
     def unify(
-        self, es: list[_E], node: exp.Expression, what: str, free: bool = False
+        self,
+        es: list[_E],
+        node: exp.Expression,
+        what: str,
+        free: bool = False,
+        select: bool = False,
     ) -> tuple[list[_E], SqlType]:
+        """The values of ``es`` converted to their common type. ``select``: Postgres'
+        ``select_common_type`` (CASE results, COALESCE, GREATEST/LEAST, IN), where of string
+        types the first wins (coalesce(v, t) is varchar, coalesce(ch, t) character), as each
+        converts to the others implicitly."""
         t = common_type([e.type for e in es])
         if t is None:
             names = " and ".join(str(e.type) for e in es)
             raise UnsupportedSQL(f"{what} types {names} cannot be matched {_where(node)}")
+        if select and t.is_string:
+            t = next((e.type for e in es if e.type.kind is not TypeKind.UNKNOWN), t)
         if any(e.type != t for e in es) and t != t.unconstrained():
             # Postgres keeps a typmod (numeric(10,2), varchar(10)) only when every input has it;
             # a NULL or other literal coerced to the type has none
@@ -1002,7 +1018,7 @@ class _Compiler:
         kinds = {e.type.kind for e in (x, *items)}
         if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
             x, *items = (self._unpadded(e, node) for e in (x, *items))  # bpchar: see _compare
-        unified, t = self.unify([x, *items], node, "IN", free=True)
+        unified, t = self.unify([x, *items], node, "IN", free=True, select=True)
         x, items = unified[0], unified[1:]
         # a NaN constant: the comparisons below know NaN = NaN, a set lookup only the shared one
         if all(i.is_const and i.value == i.value for i in items):
@@ -1434,7 +1450,12 @@ class _Compiler:
         results.append(
             self.compile(default) if default is not None else self.literal(None, UNKNOWN)
         )
-        results, t = self.unify(results, node, "CASE")
+        # Postgres resolves the result type from the ELSE branch first, then the THENs
+        if default is not None:
+            unified, t = self.unify([results[-1], *results[:-1]], node, "CASE", select=True)
+            results = [*unified[1:], unified[0]]
+        else:
+            results, t = self.unify(results, node, "CASE", select=True)
         if subject is not None:
             subj = self.compile(subject)
             if subj.type.kind is TypeKind.UNKNOWN:  # Postgres reads an untyped subject as text
@@ -1479,7 +1500,7 @@ class _Compiler:
 
     def c_Coalesce(self, node: exp.Coalesce) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
-        args, t = self.unify(args, node, "COALESCE")
+        args, t = self.unify(args, node, "COALESCE", select=True)
         code = None
         kept: list[_E] = []
         for a in args:
@@ -1500,19 +1521,22 @@ class _Compiler:
         return _E(code, t, kept[-1].nullable, any(a.raises for a in kept))
 
     def c_Nullif(self, node: exp.Nullif) -> _E:
+        """NULL if the arguments are equal (as ``=`` compares them), else the first argument,
+        of the type that operator takes it as (nullif(a, r) is double precision, nullif(si, a)
+        smallint, nullif(v, '') text)."""
         a, b = self.compile(node.this), self.compile(node.expression)
-        first = a.type
-        (a, b), t = self.unify([a, b], node, "NULLIF")
-        if first.kind is t.kind:
-            t = first  # the result is the first argument or NULL: its typmod survives
         n = self.tmp()
-        equal = self.compare_code("==", a, b, f"({n} := {a.code})", b.code)  # NaN = NaN
-        code = f"(None if {equal} else {n})"
-        return _E(code, t, True, a.raises or b.raises)
+        first = _E(n, a.type, a.nullable, False, simple=True)  # a, evaluated once
+        x, y = self._compare_operands(first, b, node)
+        t = _nullif_type(a.type, b.type, common_type([a.type, b.type]) or x.type)
+        result = self.coerce(first, t, node)
+        equal = self.compare_code("==", x, y, x.code, y.code)  # NaN = NaN
+        code = f"(None if ({n} := {a.code}, {equal})[1] else {result.code})"
+        return _E(code, t, True, a.raises or b.raises or result.raises)
 
     def _greatest_least(self, node: exp.Expression, fn: str) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
-        args, t = self.unify(args, node, fn.upper())
+        args, t = self.unify(args, node, fn.upper(), select=True)
         self._require_order(t, node, fn.upper())
         if not any(a.nullable for a in args) and t.kind not in _NAN_KINDS:
             return _E(
@@ -1829,6 +1853,27 @@ class _Compiler:
         raise _unsupported(node, "power()/^")
 
 
+def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
+    """The type NULLIF(a, b) returns: the first argument's, as the ``=`` operator Postgres
+    resolves for (a, b) takes it (cross-type operators keep it: int2 = int4, date = timestamp,
+    float4 = float8; else both sides convert to the common type; strings compare as text but
+    character with character)."""
+    ka, kb = a.kind, b.kind
+    if a.is_string and (b.is_string or kb is TypeKind.UNKNOWN):
+        return a if ka is TypeKind.CHAR and kb in (TypeKind.CHAR, TypeKind.UNKNOWN) else TEXT
+    if ka is TypeKind.UNKNOWN:
+        return common
+    if kb is TypeKind.UNKNOWN or ka is kb:
+        return a
+    if (a.is_integer and b.is_integer) or (a.is_datetime and b.is_datetime):
+        return a
+    if ka is TypeKind.REAL and b.is_numeric_category:  # float48eq: the real stays real
+        return a
+    if b.is_float and not a.is_float:  # float84eq, float8eq: the first becomes float8
+        return DOUBLE
+    return a if common.kind is ka else common
+
+
 def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
     """Postgres' error for an untyped literal where several date/time types fit."""
     return UnsupportedSQL(
@@ -1838,7 +1883,7 @@ def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
 
 
 def _op_symbol(node: exp.Expression) -> str:
-    sql_names = {exp.EQ: "=", exp.NEQ: "<>"}  # _COMPARISONS holds the Python operators
+    sql_names = {exp.EQ: "=", exp.NEQ: "<>", exp.Nullif: "="}  # _COMPARISONS: Python operators
     return {**_COMPARISONS, **sql_names, **_PG_OPS}.get(type(node), type(node).__name__)
 
 

@@ -126,6 +126,16 @@ EXPRESSIONS = [
     "extract(minute from ts)", "extract(isoyear from d)", "extract(century from ts)",
     "date_part('month', ts)", "date_part('epoch', ts)", "date_part('second', ts)",
     "ts > d + 1", "d = '2020-02-29'", "d - si", "si + d", "dt - si", "case s when 'a' then 1 end",
+    # result types as Postgres resolves them: of strings the first wins (ELSE first in CASE);
+    # NULLIF's is its first argument's as the = operator takes it
+    "coalesce(v, t, 'none')", "coalesce(ch, t, 'none')", "coalesce(t, ch)", "least(v, t)",
+    "least(ch, t)", "greatest(ch, v)", "case when x then v else t end",
+    "case when x then t else v end", "case when x then ch else t end", "case when x then ch end",
+    "ch in (s, 'ab')", "s in (ch, 'x')", "v in (s, 'ab')", "nullif(a, c)", "nullif(a, r)",
+    "nullif(v, '')", "nullif(si, 0)", "nullif(r, a)", "nullif(n, r)", "nullif(r, n)",
+    "nullif(a, n)", "nullif(ch, 'ab')", "nullif(ch, t)", "nullif(t, ch)", "nullif(d, ts)",
+    "nullif(ts, d)", "nullif(tz, d)", "nullif('1', a)", "nullif(f, r)", "nullif(x, y)",
+    "nullif(iv, iv)",
     # character(n): carried unpadded; its padding counts in its output, text input and LIKE
     "concat(ch, a, x, n)", "concat(ch, v)", "ch::int", "ch::bigint", "ch::date", "ch::boolean",
     "ch::numeric(6,2)", "ch::real", "ch::timestamptz", "ch like ch", "ch ilike v",
@@ -493,6 +503,7 @@ def test_predicate():
         ("- '1'", "operator is not unique: - unknown"),
         ("'{}' @> '{}'", "operator is not unique: unknown @> unknown"),
         ("case '1' when 1 then 'x' end", "CASE/WHEN types text and integer"),
+        ("nullif(s, a)", "operator does not exist: text = integer"),
     ],
 )
 def test_unsupported(sql, needle):
