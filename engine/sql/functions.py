@@ -521,12 +521,14 @@ def like_regex(pattern: str, escape: str | None = "\\") -> re.Pattern:
 
 @lru_cache(maxsize=4096)
 def _runtime_like(pattern: str, escape: str | None) -> tuple[re.Pattern, bool]:
-    """(regex, dangling): a pattern ending in a lone escape raises only if matching reaches it."""
+    """(regex, dangling): a pattern ending in a lone escape raises only if matching reaches it
+    with text left (Postgres' MatchText stops at the end of the text: 'ab' LIKE 'ab\\' is
+    false); the regex then matches the pattern before the escape and one more character."""
     if escape and pattern.endswith(escape):
         k = len(pattern) - len(pattern.rstrip(escape))
         if k % 2 == 1:
             tokens = like_tokens(pattern[:-1], escape)
-            return re.compile(_tokens_regex(tokens), re.DOTALL), True
+            return re.compile(_tokens_regex(tokens) + "(?=.)", re.DOTALL), True
     return like_regex(pattern, escape), False
 
 

@@ -97,7 +97,7 @@ EXPRESSIONS = [
     "s like '_b%'", "s not like '%c'", "s ilike 'A%'", "s like t", "s like 'a\\%%'",
     "s like '%'", "s ilike t", "t like 'x%y' escape 'x'", "s not ilike '%B'",
     "s like 'a%b%'", "s not like '%b%c%'", "t like '%a%b'", "s like '%a_b%'",
-    "like(s, 'a%')", "like(t, s)",
+    "like(s, 'a%')", "like(t, s)", "v like s", "v ilike s", "s like s", "v || 'b' like s",
     # conditionals
     "case when a > 0 then 'pos' when a < 0 then 'neg' else 'zero' end",
     "case a when 1 then 'one' when 2 then 'two' end", "case when x then n else a end",
