@@ -150,6 +150,9 @@ EXPRESSIONS = [
     "n::real", "a::real", "c::real", "s::real", "greatest(r, f)", "coalesce(r, f)",
     "case when x then r else f end", "r + 1e38::real", "r * 1e-30::real", "f::real::text",
     "hf::text", "c::float8::text",
+    # values the engine carries as Postgres' text (jsonb, inet, cidr), uuid, bytea, arrays
+    "s::jsonb", "v::uuid", "s::bytea", "s::inet", "s::cidr", "ch::cidr", "s::text[]", "s::int[]",
+    "'{1,2}'::int[]", "'10.0.0.1/8'::inet", "'10.0.0.0/8'::cidr", "ch::jsonb",
 ]  # fmt: skip
 
 TEXTS = [
@@ -302,13 +305,22 @@ _OIDS = {
     1184: TypeKind.TIMESTAMPTZ,
     1083: TypeKind.TIME,
     1042: TypeKind.CHAR,
+    2950: TypeKind.UUID,
+    17: TypeKind.BYTEA,
+    3802: TypeKind.JSONB,
+    114: TypeKind.JSON,
+    869: TypeKind.INET,
+    650: TypeKind.CIDR,
+    1007: TypeKind.ARRAY,  # integer[]
+    1009: TypeKind.ARRAY,  # text[]
 }
 
 
 class _EngineValueLoader(Loader):
     """A result value as the engine reads it from Postgres' text output, for the types psycopg
     reads otherwise: an interval with months, days and time apart (psycopg folds a month into
-    30 days), character(n) without its padding."""
+    30 days), character(n) without its padding, jsonb, json, inet and cidr as their text,
+    arrays as tuples (``engine.postgres.values.parser_for``)."""
 
     parse = staticmethod(PV.parse_text)
 
@@ -316,9 +328,14 @@ class _EngineValueLoader(Loader):
         return self.parse(bytes(data))
 
 
+# result types whose values psycopg reads otherwise than the engine carries them
+ENGINE_READ_OIDS = [PV.INTERVAL, PV.BPCHAR, PV.JSONB, PV.JSON, 869, 650, 1007, 1009]
+
+
 def engine_loaders(conn: psycopg.Connection) -> None:
-    """Make ``conn`` read intervals and character(n) values as the engine carries them."""
-    for oid, parse in [(PV.INTERVAL, PV.parse_interval), (PV.BPCHAR, PV.parse_bpchar)]:
+    """Make ``conn`` read the values of ``ENGINE_READ_OIDS`` as the engine carries them."""
+    for oid in ENGINE_READ_OIDS:
+        parse = PV.parser_for(oid)
         loader = type(f"_Loader{oid}", (_EngineValueLoader,), {"parse": staticmethod(parse)})
         conn.adapters.register_loader(oid, loader)
 
@@ -441,6 +458,16 @@ def test_float_text_matches_postgres(oracle):
         ).fetchall()
         bad = [(v, g) for v, (g,) in zip(values, got, strict=True) if text(v) != g]
         assert not bad, bad[:5]
+
+
+def test_an_interval_longer_than_a_timedelta_is_an_error_not_a_crash():
+    """Postgres holds intervals of up to 2**31 - 1 months; the engine's (a timedelta) at most
+    999999999 days: a product beyond that is an error row, not an OverflowError."""
+    names = [name for name, _ in COLUMNS]
+    row = [None] * len(COLUMNS)
+    row[names.index("a")], row[names.index("iv")] = 172546402, PgInterval(12, 0, 0)
+    with pytest.raises(EvalError, match="too long for incview"):
+        compile_corpus(["iv * a"]).fn([tuple(row)])
 
 
 def test_errors_are_exercised(oracle):
