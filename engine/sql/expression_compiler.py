@@ -1140,10 +1140,12 @@ class _Compiler:
             raise UnsupportedSQL(
                 f"operator is not unique: unknown {_op_symbol(node)} unknown {_where(node)}"
             )
+        # interval * and / take a float8 (interval * '1.5'); else the literal takes the other type
+        scale = type(node) in (exp.Mul, exp.Div) and TypeKind.INTERVAL in (a.type.kind, b.type.kind)
         if a.type.kind is TypeKind.UNKNOWN:
-            a = self.cast(a, b.type.unconstrained(), node)
+            a = self.cast(a, DOUBLE if scale else b.type.unconstrained(), node)
         if b.type.kind is TypeKind.UNKNOWN:
-            b = self.cast(b, a.type.unconstrained(), node)
+            b = self.cast(b, DOUBLE if scale else a.type.unconstrained(), node)
         return a, b
 
     def _binary(self, node: exp.Expression) -> _E:
@@ -1253,8 +1255,7 @@ class _Compiler:
         if op == "*" and kb is IV and (a.type.is_numeric_category or ka is TypeKind.UNKNOWN):
             a, b, ka, kb = b, a, kb, ka
         if ka is IV and op in "*/" and (b.type.is_numeric_category or kb is TypeKind.UNKNOWN):
-            if kb is TypeKind.UNKNOWN:
-                b = self.cast(b, DOUBLE, node)
+            b = self.cast(b, DOUBLE, node)  # interval_mul(interval, float8): a real widened
             fn = PI.interval_mul if op == "*" else PI.interval_div
             return self.call(fn, [a, b], INTERVAL)
         return None

@@ -66,6 +66,7 @@ COLUMNS = [
     ("v", "character varying(6)"),
     ("ch", "character(4)"),  # carried unpadded (engine.postgres.values.parse_bpchar)
     ("dt", "date"),  # leap days, month ends, year ends
+    ("dtx", "text"),  # dates and times written as Postgres reads them beyond ISO
 ]
 TIME_ZONE = "America/New_York"  # the oracle session's TimeZone and the planning's
 REFS = [ColumnRef(name, "t", from_pg_name(typ)) for name, typ in COLUMNS]
@@ -155,6 +156,96 @@ EXPRESSIONS = [
     "'{1,2}'::int[]", "'10.0.0.1/8'::inet", "'10.0.0.0/8'::cidr", "ch::jsonb",
 ]  # fmt: skip
 
+# Operands of each type, for the systematic part of the corpus: every operator over every pair
+# of operand types, every cast, every argument type of every function (the inventory test,
+# tests/sql/test_expression_inventory.py, checks that nothing the compiler compiles is missed).
+INTEGERS = ["si", "a", "c"]  # smallint, integer, bigint
+NUMBERS = [*INTEGERS, "n", "r", "f"]  # numeric(12,3), real, double precision
+STRINGS = ["s", "v", "ch"]  # text, varchar(6), character(4)
+DATETIMES = ["d", "ts", "tz"]  # date, timestamp, timestamptz
+SCALARS = [*NUMBERS, *STRINGS, *DATETIMES, "x", "iv"]  # boolean, interval
+LITERALS = {  # an untyped literal fitting each type
+    "si": "'-7'", "a": "'42'", "c": "'-9000000000'", "n": "'2.5'", "r": "'0.1'", "f": "'1e-3'",
+    "s": "'ab'", "v": "'ab '", "ch": "'ab  '", "d": "'2024-02-29'", "ts": "'2024-02-29 23:30'",
+    "tz": "'2024-03-10 02:30'", "x": "'yes'", "iv": "'1 mon -2 days'",
+}  # fmt: skip
+SMALL = {"si": "si", "a": "a % 1000", "c": "c % 1000"}  # day counts within the years 1-9999
+
+# Expressions of the corpus where incview and Postgres differ (each an xfail(strict) of
+# test_matches_postgres): the difference, and why it is left.
+KNOWN_DIFFERENCES = {
+    sql: (
+        "Postgres reads dates and times in many forms (digit strings YYYYMMDD and YYMMDD, "
+        "'Feb 29 2020', '2020/02/29', 'epoch', 'infinity', 24:00, more than 6 fractional digits, "
+        "a zone on a timestamp) and says 'date/time field value out of range' for '99999999999'; "
+        "incview reads ISO 8601 only (engine.sql.functions.text_to_timestamp): a port of "
+        "Postgres' datetime parser (ParseDateTime/DecodeDateTime) is a project of its own"
+    )
+    for sql in ["s::date", "s::timestamp", "s::timestamptz", "dtx::date", "dtx::timestamp",
+                "dtx::timestamptz"]
+}  # fmt: skip
+
+SYSTEMATIC = [
+    # arithmetic over every pair of number types, and with untyped literals on either side
+    *(f"{x} {op} {y}" for op in "+-*/" for x in NUMBERS for y in NUMBERS),
+    *(f"{x} % {y}" for x in [*INTEGERS, "n"] for y in [*INTEGERS, "n"]),
+    *(f"{x} {op} {LITERALS[x]}" for op in "+-*/" for x in NUMBERS),
+    *(f"{LITERALS[x]} {op} {x}" for op in "+-*/" for x in NUMBERS),
+    *(f"{x} % '3'" for x in [*INTEGERS, "n"]), *(f"'1000' % {x}" for x in [*INTEGERS, "n"]),
+    *(f"-{x}" for x in [*NUMBERS, "iv"]), "hf * 2", "hf / 3", "h * h", "h / 7", "h % 0.3",
+    # comparisons over every pair of comparable types, and with untyped literals
+    *(f"{x} {op} {y}" for op in ("=", "<") for x in NUMBERS for y in NUMBERS),
+    *(f"{x} {op} {y}" for op in ("=", "<") for x in STRINGS for y in STRINGS),
+    *(f"{x} {op} {y}" for op in ("=", "<") for x in DATETIMES for y in DATETIMES),
+    *(f"{x} {op} {LITERALS[x]}" for op in ("<>", ">=") for x in SCALARS),
+    *(f"{LITERALS[x]} {op} {x}" for op in ("=", "<=") for x in SCALARS),
+    "x = y", "x < y", "iv = iv", "iv < iv", "iv > interval '29 days 23:00'", "'a' = 'a '",
+    "'a' < 'b'", "null = a", "null < s", "s is distinct from v", "ch is not distinct from v",
+    "d is distinct from tz", "iv is not distinct from interval '30 days'",
+    # string concatenation of every type, LIKE over every string type
+    *(f"{x} || {y}" for x in STRINGS for y in SCALARS),
+    *(f"{y} || {x}" for x in STRINGS for y in SCALARS), "'x' || s", "s || 'x'", "'a' || null",
+    *(f"{x} {op} {y}" for op in ("like", "ilike") for x in STRINGS for y in STRINGS),
+    *(f"{x} {op} 'A%'" for op in ("like", "ilike") for x in STRINGS), "'abc' like s",
+    "'abc' ilike s",
+    # dates, timestamps and intervals
+    *(f"{x} {op} {SMALL[y]}" for op in "+-" for x in ["d", "dt"] for y in INTEGERS[:2]),
+    *(f"{SMALL[y]} + {x}" for x in ["d", "dt"] for y in INTEGERS[:2]),
+    *(f"{x} - {y}" for x in DATETIMES for y in DATETIMES), "dt - d", "dt - '2020-02-29'",
+    *(f"{x} {op} iv" for op in "+-" for x in [*DATETIMES, "dt"]),
+    *(f"iv + {x}" for x in [*DATETIMES, "dt"]), "iv + iv", "iv - iv", "iv + '1 day'",
+    *(f"iv {op} {y}" for op in "*/" for y in ["si", "n", "f", "h", "2", "'1.5'"]),
+    *(f"{y} * iv" for y in ["si", "n", "f", "h", "2"]), "iv * (r / 1e6::real)",
+    "(r / 1e6::real) * iv", "iv / (r + 1e6::real)", "iv / 0", "iv * (a % 100)", "iv / (a % 100)",
+    "'1.5' * iv",
+    "tz + interval '1 day'", "tz - interval '24 hours'", "tz + interval '1 mon -1 day 02:00'",
+    "ts - interval '1 mon'", "dt + interval '1 year'", "dt - interval '1 mon'",
+    "dt + interval '-1 mon -1 day'", "ts + interval '1.5 days'",
+    # casts between every pair of types the compiler converts
+    *(f"{x}::{t}" for x in NUMBERS for t in [
+        "smallint", "integer", "bigint", "numeric", "numeric(6,2)", "real", "double precision",
+        "text", "varchar", "varchar(3)"]),
+    *(f"{x}::{t}" for x in STRINGS for t in [
+        "smallint", "integer", "bigint", "numeric", "numeric(6,2)", "real", "double precision",
+        "boolean", "date", "timestamp", "timestamptz", "text", "varchar", "varchar(3)",
+        "jsonb", "uuid", "bytea", "inet", "cidr", "text[]", "integer[]"]),
+    *(f"{x}::{t}" for x in DATETIMES for t in [
+        "date", "timestamp", "timestamptz", "text", "varchar", "varchar(3)"]),
+    "tz::time", "x::boolean", "x::text", "x::varchar", "x::varchar(3)", "a::boolean",
+    "x::integer", "iv::interval", "iv::text", "iv::varchar", "iv::varchar(3)", "h::numeric(4,1)",
+    "h::numeric(5,3)", "hf::numeric(6,2)", "hf::integer", "hf::bigint", "hf::smallint",
+    "hf::real", "hf::numeric", "m::numeric(3,0)", "m::real", "n::numeric(12,3)",
+    "'12'::smallint", "' -7 '::integer", "'9000000000'::bigint", "'2.50'::numeric",
+    "'2.555'::numeric(6,2)", "'0.1'::real", "'1e-3'::double precision", "'yes'::boolean",
+    "'2024-02-29'::date", "'2024-02-29 23:59:59.5'::timestamp", "'2024-03-10 02:30'::timestamptz",
+    "'2024-11-03 01:30-04'::timestamptz", "'1 mon -2 days 03:00'::interval", "'ab'::text",
+    "'abcd'::varchar", "'abcd'::varchar(3)", "'{\"b\": 1, \"a\": [1.50]}'::jsonb",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid", "'\\x01ff'::bytea", "'10.0.0.1'::inet",
+    "'192.168.1'::cidr", "'{a,NULL,\"b c\"}'::text[]", "'{1,2,NULL}'::integer[]",
+    "null::character(3)", "dtx::date", "dtx::timestamp", "dtx::timestamptz",
+]  # fmt: skip
+EXPRESSIONS += [e for e in dict.fromkeys(SYSTEMATIC) if e not in EXPRESSIONS]
+
 TEXTS = [
     "", " ", "abc", "ABC", "a%b", "a_b", "x\\y", "  pad  ", "123", "-42", " 7 ", "1.5", "true",
     "no", "é", "ÉtÉ", "a,b,c", "xx", "Hello World", "aab", "bab", "abcb", "99999999999",
@@ -189,6 +280,11 @@ HALVES = [
 FLOAT_HALVES = [
     0.5, 1.5, 2.5, -0.5, -2.5, 3.5, -0.0, 4503599627370495.5, 1e300, -1e300, 5e-324,
     math.inf, -math.inf, 2147483647.5, -2147483648.5, 9.2e18, 32767.5, 1e-5,
+]  # fmt: skip
+DATETIME_TEXTS = [
+    "2020-02-29", "2020-02-29 10:00", "2020-02-29T10:00:00", "2020-02-29 10:00:00.1234567",
+    "2020-02-29 24:00", "2020-02-29 10:00+02", "2020-02-29 10:00 UTC", "20200229", "200229",
+    "Feb 29 2020", "2020/02/29", "29.02.2020", "infinity", "epoch", "2021-02-29", " 2020-1-5 ",
 ]  # fmt: skip
 SHORT_TEXTS = ["", "ab", "AB", "a b", "abcd", " x", "12", "-3", "é", "zz", "a%", "ab  c"]
 CHARS = ["", "ab", "AB", "a b", "abcd", " x", "12", "é", "a"]
@@ -284,6 +380,7 @@ def _more_values(rng: random.Random) -> tuple:
         _maybe(rng, rng.choice(SHORT_TEXTS)),
         _maybe(rng, rng.choice(CHARS)),
         _maybe(rng, dt),
+        _maybe(rng, rng.choice(DATETIME_TEXTS)),
     )
 
 
@@ -397,6 +494,8 @@ def _same(ours, theirs) -> bool:
         if math.isnan(theirs):
             return math.isnan(ours)
         return ours == theirs or math.isclose(ours, theirs, rel_tol=1e-12, abs_tol=1e-300)
+    if isinstance(theirs, Decimal) and not theirs.is_finite():  # NaN, +-Infinity
+        return isinstance(ours, Decimal) and str(ours) == str(theirs)
     if isinstance(theirs, Decimal):
         return (
             isinstance(ours, Decimal)
@@ -423,7 +522,15 @@ def test_enough_expressions():
     assert len(EXPRESSIONS) >= 80
 
 
-@pytest.mark.parametrize("sql", EXPRESSIONS)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        pytest.param(sql, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[sql]))
+        if sql in KNOWN_DIFFERENCES
+        else sql
+        for sql in EXPRESSIONS
+    ],
+)
 def test_matches_postgres(oracle, sql):
     compiled = compile_corpus([sql])
     kind, theirs = _pg_eval(oracle, sql)
