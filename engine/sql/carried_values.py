@@ -135,6 +135,8 @@ def jsonb_get(doc: str, key: str | int, as_text: bool) -> str | None:
     """``doc -> key`` (jsonb text) or ``doc ->> key`` (text); None where Postgres gives NULL."""
     v = _parse_json(doc)
     if isinstance(key, int):
+        if not isinstance(v, (list, dict)):
+            v = [v]  # Postgres keeps a scalar as a one-element array: '"a"'::jsonb -> 0 is "a"
         if not isinstance(v, list):
             return None
         if key < 0:

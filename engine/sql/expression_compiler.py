@@ -1335,8 +1335,8 @@ class _Compiler:
                 continue
             if e.type.kind is TypeKind.BOOLEAN:
                 conv = "_F.bool_out"
-            elif e.type.is_string or e.type.kind is TypeKind.UNKNOWN:
-                conv = ""
+            elif e.type.is_string or e.type.kind is TypeKind.UNKNOWN or e.type.text_carried:
+                conv = ""  # (jsonb, inet, cidr, enum: the value is its output text)
             else:
                 conv = self.helper(self._to_text(e.type, arg))
             if e.nullable:
@@ -1721,17 +1721,20 @@ class _Compiler:
         if doc.type.kind is not TypeKind.JSONB:
             raise _unsupported(node, f"-> / ->> on {doc.type}", "cast the value to jsonb")
         path = node.expression
-        if not isinstance(path, exp.JSONPath):
+        keys: list[str | int] = []
+        if isinstance(path, exp.Neg) and isinstance(path.this, exp.Literal) and path.this.is_int:
+            keys.append(-int(path.this.this))  # j -> -1: the last element
+        elif not isinstance(path, exp.JSONPath):
             raise _unsupported(node, "a key of -> / ->> that is not a constant")
-        steps = path.expressions[1:]
-        for n, step in enumerate(steps):
-            if isinstance(step, exp.JSONPathKey):
-                key: str | int = step.this
-            elif isinstance(step, exp.JSONPathSubscript) and isinstance(step.this, int):
-                key = step.this
-            else:
-                raise _unsupported(node, f"the json path step {step.sql()}")
-            last = n == len(steps) - 1
+        else:
+            for step in path.expressions[1:]:
+                index = isinstance(step, exp.JSONPathSubscript) and isinstance(step.this, int)
+                if isinstance(step, exp.JSONPathKey) or index:
+                    keys.append(step.this)
+                else:
+                    raise _unsupported(node, f"the json path step {step.sql()}")
+        for n, key in enumerate(keys):
+            last = n == len(keys) - 1
             text = as_text and last
             e = self.call(
                 CV.jsonb_get, [doc, self.literal(key, TEXT), self.literal(text, BOOLEAN)],
