@@ -986,6 +986,11 @@ class _Compiler:
         a = self.compile(node.this)
         rhs = node.expression
         neg = bool(node.args.get("negate"))
+        if a.is_const:  # a literal ('yes' IS NULL): known now
+            if isinstance(rhs, exp.Null):
+                return self.literal((a.value is None) != neg, BOOLEAN)
+            if isinstance(rhs, exp.Boolean) and a.type.kind is TypeKind.BOOLEAN:
+                return self.literal((a.value is bool(rhs.this)) != neg, BOOLEAN)
         if isinstance(rhs, exp.Null):
             code = f"({a.code} is {'not ' if neg else ''}None)"
         elif isinstance(rhs, exp.Boolean):
@@ -1379,13 +1384,14 @@ class _Compiler:
 
     def c_Substring(self, node: exp.Substring) -> _E:
         s = self._text_arg(node.this, "substring")
-        start = (
-            self._int_arg(node.args["start"])
-            if node.args.get("start")
-            else self.literal(1, INTEGER)
-        )
-        if start.type.is_string:
+        given = [node.args[k] for k in ("start", "length") if node.args.get(k) is not None]
+        kinds = [self.compile(a).type.kind for a in given]
+        if kinds and (
+            kinds[0] in (TypeKind.TEXT, TypeKind.VARCHAR, TypeKind.CHAR)
+            or all(k is TypeKind.UNKNOWN for k in kinds)
+        ):  # substring(s from 'x'), substring(s, '2', '3'): Postgres' regular expression forms
             raise _unsupported(node, "substring(... from <pattern>)")
+        start = self._int_arg(given[0]) if given else self.literal(1, INTEGER)
         args = [s, start]
         if node.args.get("length") is not None:
             args.append(self._int_arg(node.args["length"]))
@@ -1526,6 +1532,8 @@ class _Compiler:
         of the type that operator takes it as (nullif(a, r) is double precision, nullif(si, a)
         smallint, nullif(v, '') text)."""
         a, b = self.compile(node.this), self.compile(node.expression)
+        if a.type.kind is TypeKind.UNKNOWN and not (b.type.is_string or b.type.kind is a.type.kind):
+            a = self.cast(a, b.type.unconstrained(), node)  # a literal read as b's type
         n = self.tmp()
         first = _E(n, a.type, a.nullable, False, simple=True)  # a, evaluated once
         x, y = self._compare_operands(first, b, node)
@@ -1600,8 +1608,7 @@ class _Compiler:
         if a.type.kind is TypeKind.NUMERIC:
             return self.call(F.numeric_trunc_scale, [a], NUMERIC, extra=f", {rounding!r}")
         a = self.cast(a, DOUBLE, node)
-        code, nullable = self.strict([a], lambda xs: f"float(_F.math.{pyfn}({xs[0]}))")
-        return _E(code, DOUBLE, nullable, True)
+        return self.call(F.float_floor if pyfn == "floor" else F.float_ceil, [a], DOUBLE, False)
 
     def c_Floor(self, node: exp.Floor) -> _E:
         return self._floor_ceil(node, decimal.ROUND_FLOOR, "floor")
@@ -1863,8 +1870,11 @@ def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
     float4 = float8; else both sides convert to the common type; strings compare as text but
     character with character)."""
     ka, kb = a.kind, b.kind
-    if a.is_string and (b.is_string or kb is TypeKind.UNKNOWN):
-        return a if ka is TypeKind.CHAR and kb in (TypeKind.CHAR, TypeKind.UNKNOWN) else TEXT
+    strings = (TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN)
+    if (a.is_string or ka is TypeKind.UNKNOWN) and (b.is_string or kb is TypeKind.UNKNOWN):
+        # bpchareq when a character meets a character, varchar or literal; else texteq
+        char = TypeKind.CHAR in (ka, kb) and ka in strings and kb in strings
+        return SqlType(TypeKind.CHAR) if char else TEXT
     if ka is TypeKind.UNKNOWN:
         return common
     if kb is TypeKind.UNKNOWN or ka is kb:

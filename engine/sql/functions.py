@@ -239,6 +239,15 @@ _pack_f = struct.Struct("<f").pack  # standard size: OverflowError past the larg
 _unpack_f = struct.Struct("<f").unpack
 
 
+def float_floor(x: float) -> float:
+    """floor(float8): +-Infinity and NaN stay themselves."""
+    return float(math.floor(x)) if math.isfinite(x) else x
+
+
+def float_ceil(x: float) -> float:
+    return float(math.ceil(x)) if math.isfinite(x) else x
+
+
 def float_round(x: float) -> float:
     """round(float8): rint, half to even."""
     if x != x or math.isinf(x):
@@ -914,9 +923,6 @@ _FIELD_ALIASES = {
     "decades": "decade",
     "centuries": "century",
     "millennia": "millennium",
-    "dayofweek": "dow",
-    "dayofyear": "doy",
-    "weekday": "dow",
 }
 
 

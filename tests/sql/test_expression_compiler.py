@@ -249,8 +249,96 @@ SYSTEMATIC = [
     "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid", "'\\x01ff'::bytea", "'10.0.0.1'::inet",
     "'192.168.1'::cidr", "'{a,NULL,\"b c\"}'::text[]", "'{1,2,NULL}'::integer[]",
     "null::character(3)", "dtx::date", "dtx::timestamp", "dtx::timestamptz",
+    "ds::timestamptz", "'2024-03-10 02:30'::timestamptz", "v::timestamptz",
 ]  # fmt: skip
-EXPRESSIONS += [e for e in dict.fromkeys(SYSTEMATIC) if e not in EXPRESSIONS]
+
+FIELDS = [  # extract/date_part fields, with the aliases Postgres knows
+    "century", "day", "decade", "dow", "doy", "epoch", "hour", "isodow", "isoyear",
+    "microseconds", "millennium", "milliseconds", "minute", "month", "quarter", "second",
+    "timezone", "timezone_hour", "timezone_minute", "week", "year",
+]  # fmt: skip
+FIELD_ALIASES = [
+    "centuries", "days", "decades", "hours", "microsecond", "millennia", "millisecond",
+    "minutes", "months", "ms", "seconds", "us", "weeks", "years",
+]  # fmt: skip
+TIME_FIELDS = ["hour", "microseconds", "milliseconds", "minute", "second"]  # not of a date
+ZONE_FIELDS = ["timezone", "timezone_hour", "timezone_minute"]  # of a timestamptz only
+UNITS = [  # date_trunc units
+    "microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month",
+    "quarter", "year", "decade", "century", "millennium",
+]  # fmt: skip
+UNIT_ALIASES = [
+    "centuries", "days", "decades", "hours", "microsecond", "millennia", "millisecond",
+    "minutes", "months", "seconds", "weeks", "years",
+]  # fmt: skip
+DATES = [*DATETIMES, "dt"]
+
+
+def _over_types(templates: list[str], operands: list[str]) -> list[str]:
+    """Each template ({x} the typed operand, {lit} an untyped literal fitting it) per operand."""
+    return [t.format(x=x, lit=LITERALS.get(x, "'1'")) for x in operands for t in templates]
+
+
+SYSTEMATIC_CALLS = [
+    # date/time fields and units, per type; date_trunc with a zone; AT TIME ZONE
+    *(f"extract({f} from {x})" for f in FIELDS for x in DATES
+      if not (f in ZONE_FIELDS and x != "tz" or f in TIME_FIELDS and x in ("d", "dt"))),
+    *(f"date_part('{f}', {x})" for f in FIELDS for x in DATES
+      if not (f in ZONE_FIELDS and x != "tz")),
+    *(f"extract({f} from ts)" for f in FIELD_ALIASES),
+    *(f"date_part('{f}', tz)" for f in FIELD_ALIASES),
+    *(f"date_trunc('{u}', {x})" for u in UNITS for x in DATES),
+    *(f"date_trunc('{u}', tz)" for u in UNIT_ALIASES),
+    *(f"date_trunc('{u}', {x}, 'Europe/Paris')" for u in ["day", "hour"] for x in DATES),
+    "date_trunc('month', tz, 'UTC')", "ts at time zone 'UTC'", "tz at time zone 'Europe/Paris'",
+    "d at time zone 'Asia/Kolkata'", "'2024-03-10 02:30' at time zone 'America/New_York'",
+    "dt at time zone 'UTC'", "(tz at time zone 'UTC') at time zone 'Australia/Lord_Howe'",
+    # every argument type of the calls the compiler compiles
+    *_over_types(["{x} is null", "{x} is not null", "{lit} is null"], SCALARS),
+    *_over_types(["{x} between {lit} and {x}", "{lit} between {x} and {lit}"], SCALARS),
+    *_over_types(["{x} not between {x} and {lit}"], [*NUMBERS, *DATETIMES]),
+    *_over_types([
+        "case {x} when {lit} then {x} else {x} end", "case when x then {x} else {lit} end",
+        "case when y then {lit} else {x} end", "case {lit} when {x}::text then 1 end",
+    ], SCALARS),
+    *_over_types([
+        "coalesce({x}, {x})", "coalesce({lit}, {x})", "coalesce({x}, {lit}, {x})",
+        "nullif({x}, {x})", "nullif({lit}, {x})", "nullif({x}, {lit})",
+        "{x} in ({x}, {lit})", "{lit} in ({x})", "{x} not in ({lit}, null)", "concat({x}, {x})",
+    ], SCALARS),
+    *_over_types([
+        "greatest({x}, {x})", "greatest({lit}, {x})", "greatest({x}, {lit}, {x})",
+        "least({x}, {x})", "least({lit}, {x})", "least({x}, {lit}, {x})",
+    ], [*NUMBERS, *STRINGS, *DATETIMES, "iv", "x"]),
+    *(f"greatest({x}, {y})" for x in NUMBERS for y in NUMBERS),
+    *(f"least({x}, {y})" for x in STRINGS for y in STRINGS),
+    *(f"coalesce({x}, {y})" for x in NUMBERS for y in NUMBERS),
+    *(f"nullif({x}, {y})" for x in NUMBERS for y in NUMBERS),
+    *(f"{x} in ({y}, 1)" for x in NUMBERS for y in NUMBERS),
+    *(f"coalesce({x}, {y})" for x in DATETIMES for y in DATETIMES),
+    *(f"nullif({x}, {y})" for x in [*STRINGS, *DATETIMES] for y in [*STRINGS, *DATETIMES]
+      if (x in STRINGS) == (y in STRINGS)),
+    *_over_types(["abs({x})", "round({x})", "floor({x})", "ceil({x})", "ceiling({x})"],
+                 [*NUMBERS, "hf", "h"]), "abs('-2')", "round('2.5')", "floor('-2.5')",
+    "ceil('2.5')", "round(h, '1')", "round(n, si)",
+    *_over_types([
+        "lower({x})", "upper({x})", "length({x})", "char_length({x})",
+        "character_length({x})", "octet_length({x})", "reverse({x})", "trim({x})",
+        "btrim({x}, 'a ')", "ltrim({x}, {x})", "rtrim({x})", "left({x}, 2)", "right({x}, -1)",
+        "substring({x}, 2, 3)", "substring({x} from 2)", "substr({x}, 0, 2)",
+        "replace({x}, 'b', {x})", "replace('abc', {x}, 'x')", "split_part({x}, ' ', 1)",
+        "split_part('a b c', {x}, 2)", "strpos({x}, 'b')", "strpos('abc', {x})",
+        "position({x} in 'abc')", "repeat({x}, 2)", "concat({x}, '|', {x})",
+        "trim(leading {x} from 'aab')", "trim(trailing 'b' from {x})",
+    ], [*STRINGS, "'ab c'"]),
+    *(f"{f}(s, {n})" for f in ["left", "right", "repeat"] for n in ["si % 5", "a % 5", "'3'"]),
+    *(f"substring(s, {n}, {m})" for n in ["si % 5", "a % 5", "'2'"] for m in ["si % 5", "'2'"]
+      if (n, m) != ("'2'", "'2'")),
+    *(f"split_part(s, ',', {n})" for n in ["si % 3 + 1", "'2'"]), "repeat(s, -1)",
+    "repeat('ab', 3)", "left('abc', 2)", "right('abc', 2)", "substring('abc', 2)",
+    "lower('ABC')", "length('abc')", "octet_length('é')", "reverse('abc')",
+]  # fmt: skip
+EXPRESSIONS += [e for e in dict.fromkeys(SYSTEMATIC + SYSTEMATIC_CALLS) if e not in EXPRESSIONS]
 
 TEXTS = [
     "", " ", "abc", "ABC", "a%b", "a_b", "x\\y", "  pad  ", "123", "-42", " 7 ", "1.5", "true",
@@ -742,6 +830,11 @@ def test_predicate():
         ("'{}' @> '{}'", "operator is not unique: unknown @> unknown"),
         ("case '1' when 1 then 'x' end", "CASE/WHEN types text and integer"),
         ("nullif(s, a)", "operator does not exist: text = integer"),
+        # Postgres reads these as substring's regular expression forms
+        ("substring(s from t)", "substring(... from <pattern>)"),
+        ("substring(s, '2', '2')", "substring(... from <pattern>)"),
+        ("extract(dayofweek from ts)", 'unit "dayofweek" not supported'),
+        ("extract(hour from d)", 'unit "hour" not supported for type date'),
     ],
 )
 def test_unsupported(sql, needle):
