@@ -1681,7 +1681,6 @@ class _Compiler:
             return self.zone_call(Z.from_local, [v], TIMESTAMPTZ, zone)
         raise _unsupported(node, f"AT TIME ZONE on {v.type}")
 
-    c_DateTrunc = c_TimestampTrunc
 
     def _extract(
         self, node: exp.Expression, field_name: str, arg: exp.Expression, as_float: bool
@@ -1815,8 +1814,6 @@ class _Compiler:
         "jsonb_array_length": ((1,), "f_jsonb_function"),
         F.RAISE_FUNCTION: ((2,), "f_raise"),  # written by the planner only
         "date_part": ((2,), "f_date_part"),
-        "btrim": ((1, 2), "f_btrim"),
-        "strpos": ((2,), "f_strpos"),
         "octet_length": ((1,), "f_octet_length"),
     }
 
@@ -1844,12 +1841,6 @@ class _Compiler:
         if not (isinstance(unit, exp.Literal) and unit.is_string):
             raise _unsupported(node, "date_part with a non-constant field")
         return self._extract(node, unit.this, value, as_float=True)
-
-    def f_btrim(self, node: exp.Anonymous, name: str, text, chars=None) -> _E:
-        return self.compile(exp.Trim(this=text, expression=chars))
-
-    def f_strpos(self, node: exp.Anonymous, name: str, text, sub) -> _E:
-        return self.compile(exp.StrPosition(this=text, substr=sub))
 
     def f_octet_length(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
         s = self.padded(self._text_arg(arg, "octet_length"))
