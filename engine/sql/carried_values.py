@@ -131,6 +131,12 @@ def text_to_jsonb(s: str) -> str:
     return jsonb_out(v)
 
 
+def text_to_json(s: str) -> str:
+    """json input: checked as Postgres checks it, kept as written."""
+    _parse_json(s)
+    return s
+
+
 def jsonb_get(doc: str, key: str | int, as_text: bool) -> str | None:
     """``doc -> key`` (jsonb text) or ``doc ->> key`` (text); None where Postgres gives NULL."""
     v = _parse_json(doc)
@@ -285,6 +291,12 @@ class _BadSyntax(ValueError):
     pass
 
 
+def cidr_to_inet(v: str) -> str:
+    """cidr -> inet: the same network as inet prints it (no /32 or /128 on a single address)."""
+    address, _, bits = v.partition("/")
+    return address if bits == ("128" if ":" in address else "32") else v
+
+
 def text_to_cidr(s: str) -> str:
     """cidr input: text that is no network at all is invalid input syntax; a network with bits
     set right of its mask ('10.0.0.1/8') is an invalid cidr value, as Postgres says."""
@@ -331,6 +343,17 @@ def text_to_array(element: Callable[[bytes], Any]) -> Callable[[str], tuple]:
             raise EvalError(f'malformed array literal: "{s}"') from None
 
     return to_array
+
+
+def array_map(convert: Callable[[Any], Any]) -> Callable[[tuple], tuple]:
+    """An array cast: ``convert`` applied to each non-NULL element, at any depth."""
+
+    def cast(value: tuple) -> tuple:
+        return tuple(
+            cast(v) if isinstance(v, tuple) else None if v is None else convert(v) for v in value
+        )
+
+    return cast
 
 
 def array_subscript(value: tuple, index: int) -> Any:

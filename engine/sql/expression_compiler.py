@@ -41,8 +41,10 @@ from engine.sql.time_zone import current_time_zone
 from engine.sql.types import (
     BIGINT,
     BOOLEAN,
+    BYTEA,
     DATE,
     DOUBLE,
+    INET,
     INT_RANGES,
     INTEGER,
     INTERVAL,
@@ -265,6 +267,7 @@ _FROM_TEXT = {
     TypeKind.UUID: CV.text_to_uuid,
     TypeKind.BYTEA: CV.text_to_bytea,
     TypeKind.JSONB: CV.text_to_jsonb,
+    TypeKind.JSON: CV.text_to_json,
     TypeKind.INET: CV.text_to_inet,
     TypeKind.CIDR: CV.text_to_cidr,
 }
@@ -619,6 +622,10 @@ class _Compiler:
 
                 return trunc, False
             return (base, False) if base else None
+        if s is TypeKind.ARRAY and t is TypeKind.ARRAY and src.element != to.element:
+            conv = self._cast_fn(src.element, to.element, node)  # element by element
+            if conv is not None:
+                return CV.array_map(conv[0]), conv[1]
         if s == t:
             return None
         if src.is_integer and to.is_integer:
@@ -688,6 +695,8 @@ class _Compiler:
                 conv = self._cast_fn(TEXT, to.element, node)
                 element = conv[0] if conv else (lambda v: v)
                 return CV.text_to_array(lambda b: element(b.decode())), True
+        if s is TypeKind.CIDR and t is TypeKind.INET:
+            return CV.cidr_to_inet, False
         if s is TypeKind.JSON and t is TypeKind.JSONB:
             return CV.text_to_jsonb, True
         if s is TypeKind.JSONB and t is TypeKind.JSON:
@@ -1320,10 +1329,22 @@ class _Compiler:
     # -- strings -------------------------------------------------------------------------------
     def c_DPipe(self, node: exp.DPipe) -> _E:
         a, b = self.compile(node.this), self.compile(node.expression)
+        kinds = {a.type.kind, b.type.kind}
+        if kinds <= {TypeKind.BYTEA, TypeKind.UNKNOWN} and TypeKind.BYTEA in kinds:  # byteacat
+            a, b = self.cast(a, BYTEA, node), self.cast(b, BYTEA, node)
+            code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} + {xs[1]})")
+            return _E(code, BYTEA, nullable, a.raises or b.raises)
         if not (a.type.is_string or a.type.kind is TypeKind.UNKNOWN) and not (
             b.type.is_string or b.type.kind is TypeKind.UNKNOWN
         ):
             raise UnsupportedSQL(f"operator does not exist: {a.type} || {b.type} {_where(node)}")
+        if kinds == {TypeKind.JSONB, TypeKind.UNKNOWN}:  # jsonb || jsonb, the literal as jsonb
+            raise _unsupported(node, "jsonb || jsonb (concatenating json documents)")
+        if TypeKind.ARRAY in kinds:  # anyarray || anyelement: not text
+            raise UnsupportedSQL(
+                f"operator does not exist: {a.type} || {b.type} {_where(node)}; incview does "
+                "not concatenate arrays"
+            )
         a, b = self.cast(a, TEXT, node), self.cast(b, TEXT, node)
         if a.is_const and b.is_const:
             return self.literal(None if None in (a.value, b.value) else a.value + b.value, TEXT)
@@ -1681,7 +1702,6 @@ class _Compiler:
             return self.zone_call(Z.from_local, [v], TIMESTAMPTZ, zone)
         raise _unsupported(node, f"AT TIME ZONE on {v.type}")
 
-
     def _extract(
         self, node: exp.Expression, field_name: str, arg: exp.Expression, as_float: bool
     ) -> _E:
@@ -1722,8 +1742,9 @@ class _Compiler:
     # -- jsonb and arrays ----------------------------------------------------------------------
     def _json_get(self, node: exp.Expression, as_text: bool) -> _E:
         doc = self.compile(node.this)
-        if doc.type.kind is TypeKind.UNKNOWN:
-            doc = self.cast(doc, JSONB, node)
+        if doc.type.kind is TypeKind.UNKNOWN:  # json's and jsonb's operators would both fit
+            op = "->>" if as_text else "->"
+            raise UnsupportedSQL(f"operator is not unique: unknown {op} unknown {_where(node)}")
         if doc.type.kind is not TypeKind.JSONB:
             raise _unsupported(node, f"-> / ->> on {doc.type}", "cast the value to jsonb")
         path = node.expression
@@ -1791,14 +1812,24 @@ class _Compiler:
         if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
             raise _unsupported(node, "array slices and multi-dimensional subscripts")
         index = node.expressions[0]
-        if isinstance(index, exp.Literal) and not index.is_string:
-            i = self.literal(int(index.this) + 1, INTEGER)  # sqlglot stores it 0-based
-        else:
-            i = self.compile(index)
-            if not i.type.is_integer:
-                raise _unsupported(node, f"an array subscript of type {i.type}")
-        e = self.call(CV.array_subscript, [arr, i], arr.type.element, raises=False)
-        return _E(e.code, e.type, True, e.raises, e.value, e.simple)
+        i = self.compile(index)
+        if i.type.kind is TypeKind.UNKNOWN:
+            i = self.cast(i, INTEGER, node)
+        if not i.type.is_integer:
+            raise _unsupported(node, f"an array subscript of type {i.type}")
+        if _sqlglot_shifted(node):
+            if i.is_const and i.value is not None:
+                i = self.literal(i.value + 1, INTEGER)
+            else:
+                code, nullable = self.strict([i], lambda xs: f"({xs[0]} + 1)")
+                i = _E(code, i.type, nullable, i.raises)
+        # Postgres evaluates no subscript of a NULL array
+        t, u, fn = self.tmp(), self.tmp(), self.helper(CV.array_subscript)
+        code = (
+            f"(None if ({t} := {arr.code}) is None else "
+            f"(None if ({u} := {i.code}) is None else {fn}({t}, {u})))"
+        )
+        return _E(code, arr.type.element, True, arr.raises or i.raises)
 
     def _cardinality(self, node: exp.Expression, arg: exp.Expression) -> _E:
         arr = self.compile(arg)
@@ -1868,6 +1899,8 @@ def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
         return SqlType(TypeKind.CHAR) if char else TEXT
     if ka is TypeKind.UNKNOWN:
         return common
+    if ka is TypeKind.CIDR:  # network_eq takes inet
+        return INET
     if kb is TypeKind.UNKNOWN or ka is kb:
         return a
     if (a.is_integer and b.is_integer) or (a.is_datetime and b.is_datetime):
@@ -1877,6 +1910,19 @@ def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
     if b.is_float and not a.is_float:  # float84eq, float8eq: the first becomes float8
         return DOUBLE
     return a if common.kind is ka else common
+
+
+def _sqlglot_shifted(node: exp.Bracket) -> bool:
+    """Whether sqlglot stored the subscript 0-based: it does when it types the subscript as an
+    integer (ia[2] as 1, ia[i::int] as i::int + -1, ia[-1] as -2), not otherwise (ia[i]); its
+    types of the stored subscript tell the same (``sqlglot...builders.apply_index_offset``)."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    array = annotate_types(node.this.copy(), dialect=DIALECT).type
+    if array is not None and array.this not in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.ARRAY):
+        return False
+    index = annotate_types(node.expressions[0].copy(), dialect=DIALECT).type
+    return index is not None and index.this in exp.DataType.INTEGER_TYPES
 
 
 def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
