@@ -1033,6 +1033,7 @@ class _Compiler:
         if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
             x, *items = (self._unpadded(e, node) for e in (x, *items))  # bpchar: see _compare
         unified, t = self.unify([x, *items], node, "IN", free=True, select=True)
+        _no_json_equality(t, node)
         x, items = unified[0], unified[1:]
         # a NaN constant: the comparisons below know NaN = NaN, a set lookup only the shared one
         if all(i.is_const and i.value == i.value for i in items):
@@ -1489,7 +1490,8 @@ class _Compiler:
             if subj.type.kind is TypeKind.UNKNOWN:  # Postgres reads an untyped subject as text
                 subj = self.cast(subj, TEXT, node)
             whens = [self.compile(i.this) for i in ifs]
-            unified, _ct = self.unify([subj, *whens], node, "CASE/WHEN", free=True)
+            unified, ct = self.unify([subj, *whens], node, "CASE/WHEN", free=True)
+            _no_json_equality(ct, node)
             subj, whens = unified[0], unified[1:]
             if subj.simple:
                 name, first = subj.code, subj.code
@@ -1910,6 +1912,15 @@ def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
     if b.is_float and not a.is_float:  # float84eq, float8eq: the first becomes float8
         return DOUBLE
     return a if common.kind is ka else common
+
+
+def _no_json_equality(t: SqlType, node: exp.Expression) -> None:
+    """IN and CASE x WHEN compare with =, which json does not have (as in Postgres)."""
+    if t.kind is TypeKind.JSON:
+        raise UnsupportedSQL(
+            f"operator does not exist: json = json {_where(node)}; json has no comparison "
+            "operators: cast it to jsonb"
+        )
 
 
 def _sqlglot_shifted(node: exp.Bracket) -> bool:

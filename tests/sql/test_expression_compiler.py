@@ -337,6 +337,15 @@ SYSTEMATIC_CALLS = [
     *(f"split_part(s, ',', {n})" for n in ["si % 3 + 1", "'2'"]), "repeat(s, -1)",
     "repeat('ab', 3)", "left('abc', 2)", "right('abc', 2)", "substring('abc', 2)",
     "lower('ABC')", "length('abc')", "octet_length('é')", "reverse('abc')",
+    # untyped literals on the other side of what remains
+    *(f"{y} || 'x'" for y in SCALARS), *(f"'x' || {y}" for y in SCALARS),
+    "ts - '2024-02-29'", "'2024-03-01' - ts", "tz - '2024-02-29'", "'2024-03-01' - tz",
+    "'2024-03-01' - d", "'1 day' + iv", "iv - '1 day'", "'1 mon' - iv", "c * iv", "iv * c",
+    "iv / c", "'abc' like v", "'abc' like ch", "'abc' like 'a%'", "'abc' ilike v",
+    "'abc' ilike ch", "'abc' ilike 'A%'", "not null", "not 'true'",
+    "date_trunc('day', '2024-02-29 10:30', 'UTC')",
+    *(f"{f}(s, si)" for f in ["left", "right", "repeat"]), "substring(s, si, si)",
+    "split_part(s, ',', si)",
 ]  # fmt: skip
 EXPRESSIONS += [e for e in dict.fromkeys(SYSTEMATIC + SYSTEMATIC_CALLS) if e not in EXPRESSIONS]
 
@@ -486,6 +495,7 @@ ROWS = _rows()
 CARRIED_COLUMNS = [
     ("j", "jsonb"), ("js", "json"), ("u", "uuid"), ("by", "bytea"), ("ip", "inet"),
     ("cn", "cidr"), ("ta", "text[]"), ("ia", "integer[]"), ("k", "text"), ("i", "integer"),
+    ("kv", "character varying(5)"), ("kc", "character(3)"), ("sm", "smallint"),
 ]  # fmt: skip
 CARRIED_REFS = [ColumnRef(name, "t", from_pg_name(typ)) for name, typ in CARRIED_COLUMNS]
 JSON_TEXTS = [
@@ -524,6 +534,9 @@ def _carried_rows(seed: int = 20240602) -> list[tuple]:
                 maybe(array(lambda: rng.randint(-5, 5))),
                 maybe(rng.choice(KEYS)),
                 maybe(rng.choice([0, 1, 2, -1, 5, 2**31 - 1])),
+                maybe(rng.choice(KEYS)),
+                maybe(rng.choice(["a", "b", "", "é", "k"])),
+                maybe(rng.choice([0, 1, 2, -1, 3, 32767])),
             )
         )
     return rows
@@ -583,11 +596,15 @@ CARRIED_EXPRESSIONS += [
             "{x} = {lit}", "{lit} = {x}", "{x} <> {x}", "{x} is distinct from {lit}",
             "coalesce({x}, {x})", "coalesce({lit}, {x})", "nullif({x}, {lit})",
             "nullif({x}, {x})", "nullif({lit}, {x})", "{x} in ({lit}, {x})", "{lit} in ({x})",
-            "case {x} when {lit} then 1 else 0 end",
+            "case {x} when {lit} then 1 else 0 end", "case when i > 0 then {lit} else {x} end",
         ], COMPARABLE),
+        "case when i > 0 then '[1]' else js end", "coalesce('[1]', js)", "kc::json", "kv::json",
+        "j ? kc", "'{\"a\": 1}' ? kc", "ia[sm]", "ta[sm]",
+        *_over_carried(["kc || {x}", "{x} || kc", "kv || {x}", "{x} || kv"],
+                       ["j", "js", "u", "by", "ip", "cn"]),
         *_over_carried([
             "{x} < {x}", "{x} <= {lit}", "{lit} > {x}", "greatest({x}, {lit})", "least({x}, {x})",
-            "{x} between {lit} and {x}",
+            "{x} between {lit} and {x}", "{lit} between {x} and {x}", "greatest({x}, {x})",
         ], ORDERED),
         *_over_carried(["k || {x}", "{x} || k", "k::varchar || {x}"],
                        ["j", "js", "u", "by", "ip", "cn"]),
@@ -888,6 +905,8 @@ def test_predicate():
         ("s::text[] || s", "incview does not concatenate arrays"),
         ("s::text[] = s::int[]", "operator does not exist: text[] = integer[]"),
         ("case '1' when s::jsonb then 1 end", "CASE/WHEN types text and jsonb"),
+        ("s::json in ('[1]')", "operator does not exist: json = json"),
+        ("case s::json when '[1]' then 1 end", "operator does not exist: json = json"),
     ],
 )
 def test_unsupported(sql, needle):
