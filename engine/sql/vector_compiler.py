@@ -234,6 +234,8 @@ class VectorCompiler(OperatorRules):
         return out
 
     def v_Case(self, node: exp.Case, t: T) -> VNode | None:
+        if t.kind is TypeKind.CHAR:  # character results drop trailing blanks: the row path's
+            return None
         ifs = node.args.get("ifs") or []
         default = node.args.get("default") or exp.Null()
         results = self._results([i.args["true"] for i in ifs] + [default], node, "CASE")
@@ -277,6 +279,8 @@ class VectorCompiler(OperatorRules):
         return conds
 
     def v_Coalesce(self, node: exp.Coalesce, t: T) -> VNode | None:
+        if t.kind is TypeKind.CHAR:  # as in CASE
+            return None
         results = self._results([node.this, *node.expressions], node, "COALESCE")
         if results is None:
             return None
@@ -292,6 +296,9 @@ class VectorCompiler(OperatorRules):
         return VNode(run, t)
 
     def v_Nullif(self, node: exp.Nullif, t: T) -> VNode | None:
+        _, common = self.types.unified([node.this, node.expression], node, "NULLIF")
+        if common.kind is not t.kind:  # the first argument keeps its type (nullif(d, ts) is a
+            return None  # date): the row path's
         results = self._results([node.this, node.expression], node, "NULLIF")
         if results is None:
             return None
