@@ -1510,7 +1510,9 @@ class _Compiler:
                     wn = self.tmp()
                     wtest = f" and ({wn} := {w.code}) is not None"
                 eq = self.compare_code("==", subj, w, name, wn)
-                conds.append(f"({x} is not None{wtest} and {eq})")
+                # a simple subject that is never NULL (a literal) needs no test (nor a walrus)
+                xtest = "True" if subj.simple and not subj.nullable else f"{x} is not None"
+                conds.append(f"({xtest}{wtest} and {eq})")
             raises = subj.raises or any(w.raises for w in whens)
         else:
             cond_es = [self._bool(i.this) for i in ifs]
