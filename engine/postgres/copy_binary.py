@@ -487,6 +487,10 @@ class BinaryCopyEncoder:
     def column_fields(self, i: int, column: Any) -> pa.Array:
         """The fields of column ``i`` (an Arrow array or a list of Python values)."""
         column = _normalized(column)
+        if isinstance(column, list) and self.types[i].kind is TypeKind.JSONB:
+            # jsonb's binary form is a version byte and the text: psycopg's text dumper (the
+            # row path COPYs such tables as text) has no binary counterpart to fall back on
+            column = pa.array(column, pa.string())
         if isinstance(column, pa.Array):
             if pa.types.is_null(column.type):
                 return _null_fields(len(column))
@@ -526,7 +530,12 @@ class BinaryCopyEncoder:
 
 
 _NUMERIC_PY = frozenset({Decimal, int, type(None)})
-_ROW_ARROW: dict[TypeKind, pa.DataType] = {TypeKind.TIMESTAMPTZ: pa.timestamp("us", tz="UTC")}
+_ROW_ARROW: dict[TypeKind, pa.DataType] = {
+    TypeKind.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    TypeKind.TIME: pa.time64("us"),
+    TypeKind.BYTEA: pa.binary(),
+    **{kind: pa.string() for kind in _STRING_KINDS | {TypeKind.JSONB}},
+}
 
 
 def columns_from_rows(rows: Sequence[tuple], types: Sequence[SqlType]) -> list[Any]:

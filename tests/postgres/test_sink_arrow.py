@@ -6,8 +6,9 @@ column; weights past a COPY chunk; tables the Arrow path leaves to the row path.
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 import numpy as np
@@ -22,6 +23,7 @@ from engine.dataflow.columnar.arrow_types import NUMERIC_TEXT
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
+from engine.pg_interval import PgInterval
 from engine.postgres.sink import ResultSink
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import (
@@ -225,3 +227,61 @@ def test_tables_with_inet_or_array_columns_keep_the_row_path(pg_conn, catalog, s
     assert sink.apply(DiffBatch([(1, "10.0.0.1"), (3, "10.1.0.0/16")], [-1, 1]), lsn=2)
     got = pg_conn.execute("SELECT a, ip::text FROM res ORDER BY a").fetchall()
     assert got == [(2, "::1/128"), (3, "10.1.0.0/16")]
+
+
+def test_tuple_batches_of_every_carried_type_match_the_row_path(pg_conn, catalog, sink_conn):
+    """Types with a vector encoder, with the per-value fallback, and jsonb (text on the row
+    path): both paths store the same values and delete them by value."""
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    cols = [
+        ("j", SqlType(TypeKind.JSONB)),
+        ("js", SqlType(TypeKind.JSON)),
+        ("u", SqlType(TypeKind.UUID)),
+        ("by", SqlType(TypeKind.BYTEA)),
+        ("tm", SqlType(TypeKind.TIME)),
+        ("iv", SqlType(TypeKind.INTERVAL)),
+        ("m", SqlType(TypeKind.ENUM, name="public.mood", labels=("sad", "ok"))),
+        ("nm", SqlType(TypeKind.NAME)),
+        ("ch", SqlType(TypeKind.CHAR, length=3)),
+        ("n", NUMERIC),
+        ("r", SqlType(TypeKind.REAL)),
+    ]
+    rows = [
+        (
+            '{"a": [1, 2.50]}',
+            '{"b":  1}',
+            uuid.UUID(int=7),
+            b"\x00\xff",
+            time(1, 2, 3, 4),
+            PgInterval(1, 2, 3),
+            "ok",
+            "name",
+            "ab ",
+            NUMERIC_NAN,
+            0.5,
+        ),
+        (
+            "[]",
+            "[]",
+            None,
+            b"",
+            time(0),
+            timedelta(days=-1),
+            "sad",
+            "",
+            "x  ",
+            Decimal("1E-30"),
+            NAN,
+        ),
+        tuple([None] * len(cols)),
+    ]
+    arrow = ResultSink(sink_conn, "v", "public", "res", cols)
+    old = ResultSink(sink_conn, "w", "public", "res_rows", cols, arrow_copy=False)
+    for sink in (arrow, old):
+        sink.populate([DiffBatch.inserts(rows[:1])], lsn=1)
+        assert sink.apply(DiffBatch.inserts(rows[1:] * 2), lsn=2)
+        assert sink.apply(DiffBatch([rows[0], rows[1], rows[2]], [-1, -1, -1]), lsn=3)
+    text = "SELECT {} FROM {} ORDER BY 1".format(", ".join(f"{n}::text" for n, _ in cols), "{}")
+    got = [pg_conn.execute(text.format(t)).fetchall() for t in ("res", "res_rows")]
+    assert got[0] == got[1] and len(got[0]) == 2
+    assert got[0][0][0] == "[]" and got[0][0][9] == "0.000000000000000000000000000001"
