@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -457,7 +458,8 @@ def python_fields(values: Sequence[Any], oid: int, tx: Transformer) -> pa.Array:
     return pa.array(fields, _FIELDS)
 
 
-def _normalized(array: Any) -> Any:
+def normalized_column(array: Any) -> Any:
+    """A column as ``encode`` reads it: chunks combined, dictionaries decoded."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if isinstance(array, pa.Array) and pa.types.is_dictionary(array.type):
@@ -486,7 +488,7 @@ class BinaryCopyEncoder:
 
     def column_fields(self, i: int, column: Any) -> pa.Array:
         """The fields of column ``i`` (an Arrow array or a list of Python values)."""
-        column = _normalized(column)
+        column = normalized_column(column)
         if isinstance(column, list) and self.types[i].kind is TypeKind.JSONB:
             # jsonb's binary form is a version byte and the text: psycopg's text dumper (the
             # row path COPYs such tables as text) has no binary counterpart to fall back on
@@ -542,11 +544,11 @@ def columns_from_rows(rows: Sequence[tuple], types: Sequence[SqlType]) -> list[A
     """The columns of tuple ``rows`` for ``BinaryCopyEncoder.encode``: an Arrow array where the
     column's values convert exactly (numerics through their text, as ``NUMERIC_TEXT``: every
     scale, NaN and infinities included), else the list of Python values (per-value fallback)."""
-    n = len(rows)
-    transposed = list(zip(*rows, strict=True)) if n else [() for _ in types]
+    if rows and len(rows[0]) != len(types):
+        raise ValueError(f"rows have {len(rows[0])} columns, the COPY {len(types)}")
     columns: list[Any] = []
-    for values, t in zip(transposed, types, strict=True):
-        values = list(values)
+    for i, t in enumerate(types):
+        values = list(map(itemgetter(i), rows))
         try:
             if t.kind is TypeKind.NUMERIC:
                 if not {type(v) for v in values} <= _NUMERIC_PY:

@@ -26,6 +26,7 @@ from engine.postgres.copy_binary import (
     TRAILER,
     BinaryCopyEncoder,
     columns_from_rows,
+    normalized_column,
 )
 from engine.sql.types import SqlType
 
@@ -98,7 +99,7 @@ class DiffCopy:
     def columns(self, batch: DiffBatch) -> list[Any]:
         """The batch's columns: its Arrow arrays, or its rows converted once."""
         if batch.columns is not None:
-            return batch.columns
+            return [normalized_column(c) for c in batch.columns]
         return columns_from_rows(batch.rows, self.types)
 
     def copy_weighted(

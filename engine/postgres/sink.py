@@ -529,8 +529,8 @@ class ResultSink:
         except CopyValueError as e:
             name, t = self.columns[e.column]
             raise ViewError(
-                f"{e}: view {self.view} produced a value column {name} ({t.sql()}) of result "
-                f"table {self.qualified_name} cannot hold; nothing was written"
+                f"{e}: view {self.view} produced a value that column {name} ({t.sql()}) of "
+                f"result table {self.qualified_name} cannot hold; nothing was written"
             ) from e
 
     def _holds(self, cur, lsn: int) -> bool:

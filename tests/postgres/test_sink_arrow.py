@@ -285,3 +285,15 @@ def test_tuple_batches_of_every_carried_type_match_the_row_path(pg_conn, catalog
     got = [pg_conn.execute(text.format(t)).fetchall() for t in ("res", "res_rows")]
     assert got[0] == got[1] and len(got[0]) == 2
     assert got[0][0][0] == "[]" and got[0][0][9] == "0.000000000000000000000000000001"
+
+
+def test_chunked_dictionary_and_sliced_columns(pg_conn, catalog, sink_conn):
+    sink = ResultSink(sink_conn, "v", "public", "res", [("a", INTEGER), ("b", TEXT)])
+    sink.populate([], lsn=1)
+    a = pa.chunked_array([pa.array([1, 2]), pa.array([3, None])])
+    b = pa.array(["zero", "x", "y", "x", "z"]).dictionary_encode().slice(1)
+    batch = DiffBatch.from_columns([a, b], np.array([1, 2, 1, 1], dtype=np.int64))
+    assert sink.apply(batch, lsn=2)
+    assert table_rows(pg_conn, "res") == Counter(
+        {("1", "'x'"): 1, ("2", "'y'"): 2, ("3", "'x'"): 1, ("None", "'z'"): 1}
+    )
