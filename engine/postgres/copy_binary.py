@@ -30,6 +30,7 @@ must not open transactions or decide what to COPY where; it only makes bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from operator import itemgetter
@@ -69,6 +70,8 @@ _NUMERIC_TEXT_RE = (
     r"^(?P<sign>[-+]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[-+]?[0-9]{1,6}))?$"
 )
 _MAX_NUMERIC_TEXT_DIGITS = 4_096  # wider texts (huge exponents) go the per-value way
+_FLOAT4_MAX = float(np.finfo(np.float32).max)
+SMALL_ROWS = 64  # chunks up to this many rows are encoded row by row (BinaryCopyEncoder)
 
 
 class CopyValueError(ValueError):
@@ -473,26 +476,32 @@ class BinaryCopyEncoder:
     ``types``: the COPY target columns' types; ``type_names``: psycopg's name of each (the
     per-value fallback dumps with it, as ``Copy.set_types`` would). ``encode`` takes one Arrow
     array or Python value list per column (equal lengths) and, optionally, int64 weights as a
-    last bigint column.
+    last bigint column. Chunks of at most ``small_rows`` rows are encoded row by row with
+    psycopg's dumpers: a vector kernel's fixed cost (tens of microseconds a call, ~1 ms a chunk)
+    is more than a few rows cost value by value.
     """
 
     def __init__(
-        self, conn: psycopg.Connection, types: Sequence[SqlType], type_names: Sequence[str]
+        self,
+        conn: psycopg.Connection,
+        types: Sequence[SqlType],
+        type_names: Sequence[str],
+        small_rows: int = SMALL_ROWS,
     ) -> None:
         self.types = list(types)
+        self.small_rows = small_rows
         self._tx = Transformer(conn)
         self._oids = [conn.adapters.types[name].oid for name in type_names]
-        self._utf8 = conn.info.encoding == "utf-8"
+        self._bytea_oid = conn.adapters.types["bytea"].oid
+        self._int8_oid = conn.adapters.types["int8"].oid
+        self._codec = conn.info.encoding
+        self._utf8 = self._codec == "utf-8"
         self._vectors: dict[tuple[int, pa.DataType], Callable | None] = {}
-        self.fallback_columns: set[int] = set()  # columns that went per value (explain, tests)
+        self.fallback_columns: set[int] = set()  # columns that went per value (tests)
 
     def column_fields(self, i: int, column: Any) -> pa.Array:
         """The fields of column ``i`` (an Arrow array or a list of Python values)."""
         column = normalized_column(column)
-        if isinstance(column, list) and self.types[i].kind is TypeKind.JSONB:
-            # jsonb's binary form is a version byte and the text: psycopg's text dumper (the
-            # row path COPYs such tables as text) has no binary counterpart to fall back on
-            column = pa.array(column, pa.string())
         if isinstance(column, pa.Array):
             if pa.types.is_null(column.type):
                 return _null_fields(len(column))
@@ -507,28 +516,70 @@ class BinaryCopyEncoder:
                     raise CopyValueError(str(e), i) from None
                 except _Fallback:
                     pass
-            column = to_python(column)
         self.fallback_columns.add(i)
+        values, oid = self._python_column(i, column)
+        return python_fields(values, oid, self._tx)
+
+    def _python_column(self, i: int, column: Any) -> tuple[list, int]:
+        """Column ``i``'s Python values and the type oid to dump them with (per value)."""
+        values = to_python(column) if isinstance(column, pa.Array) else list(column)
         kind = self.types[i].kind
         if kind in INT_RANGES:  # psycopg's int2/int4 dumpers would wrap an out-of-range int
             lo, hi, message = INT_RANGES[kind]
-            if any(type(v) is int and not lo <= v <= hi for v in column):
+            if any(type(v) is int and not lo <= v <= hi for v in values):
                 raise CopyValueError(message, i)
-        return python_fields(column, self._oids[i], self._tx)
+        if kind is TypeKind.REAL and any(
+            type(v) is float and abs(v) > _FLOAT4_MAX and abs(v) != math.inf for v in values
+        ):  # psycopg's float4 dumper raises a bare OverflowError
+            raise CopyValueError("value out of range: overflow", i)
+        if kind is TypeKind.JSONB:
+            # jsonb's binary form is a version byte and the text (psycopg has no binary jsonb
+            # dumper for text; the row path COPYs such tables as text): sent as raw bytes
+            codec = self._codec
+            values = [None if v is None else b"\x01" + str(v).encode(codec) for v in values]
+            return values, self._bytea_oid
+        return values, self._oids[i]
 
-    def encode(self, columns: Sequence[Any], weights: np.ndarray | None = None) -> pa.Buffer:
-        """The COPY rows (no signature, no trailer) of one chunk."""
+    def encode(self, columns: Sequence[Any], weights: np.ndarray | None = None) -> Any:
+        """The COPY rows (no signature, no trailer) of one chunk, as a bytes-like object."""
         if len(columns) != len(self.types):
             raise ValueError(f"{len(columns)} columns for {len(self.types)} COPY columns")
+        n = len(columns[0]) if len(columns) else 0
+        if n <= self.small_rows:
+            return self._encode_rows(columns, weights)
         fields = [self.column_fields(i, c) for i, c in enumerate(columns)]
         if weights is not None:
             fields.append(_fixed_fields(np.asarray(weights, dtype=">i8"), None))
-        n = len(fields[0]) if fields else 0
         count = np.full(n, len(fields), dtype=">i2").view(np.uint8).reshape(n, 2)
         rows = pc.binary_join_element_wise(_matrix_fields(count, None), *fields, _NO_SEPARATOR)
         offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)
         start, end = int(offsets[rows.offset]), int(offsets[rows.offset + len(rows)])
         return rows.buffers()[2][start:end]
+
+    def _encode_rows(self, columns: Sequence[Any], weights: np.ndarray | None) -> bytes:
+        """A small chunk, row by row with psycopg's binary dumpers (``Copy.write_row``'s way)."""
+        values, oids = [], []
+        for i, column in enumerate(columns):
+            v, oid = self._python_column(i, normalized_column(column))
+            values.append(v)
+            oids.append(oid)
+        if weights is not None:
+            values.append(np.asarray(weights, dtype=np.int64).tolist())
+            oids.append(self._int8_oid)
+        tx = self._tx
+        tx.set_dumper_types(oids, Format.BINARY)
+        dump, formats = tx.dump_sequence, [PyFormat.BINARY] * len(oids)
+        head, null = len(oids).to_bytes(2, "big"), b"\xff\xff\xff\xff"
+        out = bytearray()
+        for row in zip(*values, strict=True):
+            out += head
+            for b in dump(row, formats):
+                if b is None:
+                    out += null
+                else:
+                    out += len(b).to_bytes(4, "big")
+                    out += b
+        return bytes(out)
 
 
 _NUMERIC_PY = frozenset({Decimal, int, type(None)})

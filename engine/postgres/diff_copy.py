@@ -13,6 +13,7 @@ statements; errors of the encoder (``CopyValueError``) go to the caller, which n
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -97,10 +98,14 @@ class DiffCopy:
         self.chunk_rows = chunk_rows
 
     def columns(self, batch: DiffBatch) -> list[Any]:
-        """The batch's columns: its Arrow arrays, or its rows converted once."""
+        """The batch's columns: its Arrow arrays, or its rows converted once (a batch the
+        encoders take row by row keeps its Python values)."""
         if batch.columns is not None:
             return [normalized_column(c) for c in batch.columns]
-        return columns_from_rows(batch.rows, self.types)
+        rows = batch.rows
+        if len(rows) <= min(self.result_encoder.small_rows, self.diff_encoder.small_rows):
+            return [list(map(itemgetter(i), rows)) for i in range(len(self.types))]
+        return columns_from_rows(rows, self.types)
 
     def copy_weighted(
         self,

@@ -61,10 +61,13 @@ def conn(pg_dsn):
         yield c
 
 
-def copy_encoded(conn, table: str, types: list[SqlType], columns: list, weights=None) -> set:
-    """COPY ``columns`` with the encoder into ``table``; the columns that went per value."""
+def copy_encoded(
+    conn, table: str, types: list[SqlType], columns: list, weights=None, small_rows: int = 0
+) -> set:
+    """COPY ``columns`` with the encoder into ``table``; the columns that went per value.
+    ``small_rows=0``: the vector encoders, however few the rows."""
     names = [COPY_TYPES[t.kind] for t in types]
-    enc = BinaryCopyEncoder(conn, types, names)
+    enc = BinaryCopyEncoder(conn, types, names, small_rows=small_rows)
     data = enc.encode(columns, weights)
     with (
         conn.cursor() as cur,
@@ -101,11 +104,12 @@ def send_forms(conn, table: str) -> list[tuple]:
 
 
 def both_ways(conn, t: SqlType, column, python_values=None, type_sql: str | None = None) -> set:
-    """COPY ``column`` by the encoder into ``enc`` and its Python values by write_row into
-    ``old``; assert the stored values are the same (text and send forms); returns the columns
-    that went per value."""
+    """COPY ``column`` by the encoder into ``enc`` (vector encoders), into ``small`` (the encoder's
+    row-by-row path for small chunks), and its Python values by write_row into ``old``; assert the
+    stored values are the same (text and send forms); returns the columns that went per value."""
     type_sql = type_sql or t.sql()
-    for table in ("enc", "old"):
+    tables = ("enc", "small", "old")
+    for table in tables:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(f"CREATE TABLE {table} (id bigint, v {type_sql})")
     n = len(column)
@@ -113,15 +117,16 @@ def both_ways(conn, t: SqlType, column, python_values=None, type_sql: str | None
         python_values = to_python(column) if isinstance(column, pa.Array) else list(column)
     ids = pa.array(np.arange(n, dtype=np.int64))
     fallback = copy_encoded(conn, "enc", [BIGINT, t], [ids, column])
+    assert not copy_encoded(conn, "small", [BIGINT, t], [ids, column], small_rows=n)
     copy_rows(conn, "old", [BIGINT, t], list(zip(range(n), python_values, strict=True)))
     texts = {
         table: conn.execute(f"SELECT id, v::text FROM {table} ORDER BY id").fetchall()
-        for table in ("enc", "old")
+        for table in tables
     }
-    assert texts["enc"] == texts["old"]
+    assert texts["enc"] == texts["old"] == texts["small"]
     assert len(texts["enc"]) == n
-    sends = {table: send_forms(conn, table) for table in ("enc", "old")}
-    assert sends["enc"] == sends["old"]
+    sends = {table: send_forms(conn, table) for table in tables}
+    assert sends["enc"] == sends["old"] == sends["small"]
     return fallback
 
 
@@ -136,17 +141,18 @@ def test_ints(conn, t):
     assert not both_ways(conn, t, pa.array(INTS, pa.int32()).slice(1))
 
 
-def test_int_extremes_and_ranges(conn):
+@pytest.mark.parametrize("small_rows", [0, 64], ids=["vector", "row by row"])
+def test_int_extremes_and_ranges(conn, small_rows):
     big = [2**63 - 1, -(2**63), None, 2**31 - 1, -(2**31)]
     assert not both_ways(conn, BIGINT, pa.array(big, pa.int64()))
     assert not both_ways(conn, NUMERIC, pa.array(big, pa.int64()))
     assert not both_ways(conn, INTEGER, pa.array(big[2:], pa.int64()))
     names = [COPY_TYPES[TypeKind.BIGINT], COPY_TYPES[TypeKind.INTEGER]]
-    enc = BinaryCopyEncoder(conn, [BIGINT, INTEGER], names)
+    enc = BinaryCopyEncoder(conn, [BIGINT, INTEGER], names, small_rows=small_rows)
     with pytest.raises(CopyValueError, match="integer out of range") as err:
         enc.encode([pa.array([1, 2]), pa.array([1, 2**31])])
     assert err.value.column == 1
-    small = BinaryCopyEncoder(conn, [SMALLINT], ["int2"])
+    small = BinaryCopyEncoder(conn, [SMALLINT], ["int2"], small_rows=small_rows)
     with pytest.raises(CopyValueError, match="smallint out of range"):
         small.encode([pa.array([None, -32769])])
     # a NULL's hidden value never counts
@@ -170,9 +176,10 @@ def test_double(conn):
     assert conn.execute("SELECT v::text FROM enc WHERE id = 1").fetchone() == ("-0",)
 
 
-def test_real(conn):
+@pytest.mark.parametrize("small_rows", [0, 64], ids=["vector", "row by row"])
+def test_real(conn, small_rows):
     assert not both_ways(conn, REAL, pa.array([*FLOATS[:-2], 3.4e38, 0.5], pa.float64()))
-    enc = BinaryCopyEncoder(conn, [REAL], ["float4"])
+    enc = BinaryCopyEncoder(conn, [REAL], ["float4"], small_rows=small_rows)
     with pytest.raises(CopyValueError, match="overflow"):
         enc.encode([pa.array([1.0, 1e39])])
 
