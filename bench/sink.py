@@ -15,7 +15,10 @@ The paths (``--paths``):
     table, insertions straight into the result table;
   * arrow-rows: the default sink with tuple batches (converted to Arrow once, then the same).
 Each path gets its own freshly populated table; ``--rounds`` repeats the whole sequence, paths in
-turn, and the figure is the median over rounds and batches. Then, once, population into a new
+turn, and the figure is the median over rounds and batches. A second table splits each batch's
+time into CPU milliseconds of this process (encoding, conversion) and of the Postgres backend
+(COPY, index maintenance, the delete's lookups), read from /proc when the server is local: on a
+shared machine CPU times are steadier than wall times. Then, once, population into a new
 table (COPY + rename) and re-population of the existing table with 1% of rows changed.
 
     python -m bench.sink [--dsn DSN] [--rows 1000000] [--batch 100000] [--batches 3] [--rounds 2]
@@ -27,6 +30,7 @@ must not be imported by engine code; it drops its tables and its incview.views r
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -117,10 +121,21 @@ def columnar(diffs: DiffBatch) -> DiffBatch:
     return DiffBatch.from_columns(arrays, np.asarray(diffs.weights, dtype=np.int64))
 
 
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a local Postgres backend process, or None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_path(
     conn: psycopg.Connection, path: str, initial: list[tuple], steps: list[tuple]
-) -> dict[str, list[float]]:
-    """Populate a fresh table for ``path`` and apply every step; seconds per step, by kind."""
+) -> dict[str, list[tuple[float, float, float | None]]]:
+    """Populate a fresh table for ``path`` and apply every step; (wall, client CPU, server CPU)
+    seconds per step, by kind."""
     view = f"{VIEW}_{path.replace('-', '_')}"
     cat = ViewCatalog.open(conn)
     cat.delete(view)
@@ -133,11 +148,18 @@ def run_path(
     )
     conn.execute(f"VACUUM ANALYZE {view}")
     batches = [(kind, columnar(d) if path == "arrow" else d) for kind, _, d in steps]
-    secs: dict[str, list[float]] = {}
+    secs: dict[str, list[tuple[float, float, float | None]]] = {}
+    pid = conn.info.backend_pid
     for lsn, (kind, diffs) in enumerate(batches, start=2):
+        server = backend_cpu(pid)
+        client = time.process_time()
         t = time.perf_counter()
         assert sink.apply(diffs, lsn)
-        secs.setdefault(kind, []).append(time.perf_counter() - t)
+        wall = time.perf_counter() - t
+        client = time.process_time() - client
+        after = backend_cpu(pid)
+        server = None if server is None or after is None else after - server
+        secs.setdefault(kind, []).append((wall, client, server))
     want = len(initial) + sum(sum(d.weights) for _, _, d in steps)
     assert sink.row_count() == want, (path, sink.row_count(), want)
     sink.drop()
@@ -148,7 +170,7 @@ def run_path(
 def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[str]) -> None:
     initial, steps = make_steps(rows, batch, batches)
     sizes = {kind: size for kind, size, _ in steps}
-    results: dict[str, dict[str, list[float]]] = {p: {} for p in paths}
+    results: dict[str, dict[str, list[tuple]]] = {p: {} for p in paths}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for r in range(rounds):
             for path in paths if r % 2 == 0 else paths[::-1]:
@@ -158,13 +180,23 @@ def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[
             f"apply, {fmt(batch)}-diff batches against a ~{fmt(rows)}-row result table "
             f"(median of {rounds} round(s) x {batches} batch(es)), diffs/s:"
         )
-        print("  " + f"{'kind':8s}" + "".join(f"{p:>14s}" for p in paths))
+        print("  " + f"{'kind':8s}" + "".join(f"{p:>16s}" for p in paths))
         for kind in KINDS:
             cells = []
             for p in paths:
-                med = statistics.median(results[p][kind])
-                cells.append(f"{fmt(sizes[kind] / med):>10s} {med * 1000:>3.0f}ms")
-            print("  " + f"{kind:8s}" + "".join(f"{c:>14s}" for c in cells))
+                med = statistics.median(w for w, _, _ in results[p][kind])
+                cells.append(f"{fmt(sizes[kind] / med)} {med * 1000:4.0f}ms")
+            print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
+        if all(s is not None for p in paths for v in results[p].values() for _, _, s in v):
+            print("CPU ms per batch, median (client + Postgres backend):")
+            print("  " + f"{'kind':8s}" + "".join(f"{p:>16s}" for p in paths))
+            for kind in KINDS:
+                cells = []
+                for p in paths:
+                    client = statistics.median(c for _, c, _ in results[p][kind]) * 1000
+                    server = statistics.median(s for _, _, s in results[p][kind]) * 1000
+                    cells.append(f"{client:.0f} + {server:.0f}")
+                print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
         population(conn, initial)
 
 

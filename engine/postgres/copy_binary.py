@@ -18,13 +18,16 @@ Vector encoders (``vector_encoder``) by Arrow type and target column type:
 * string -> text, varchar, char, name, enum labels, json, jsonb (version byte 1 + text);
   binary -> bytea (strings only when the connection's client encoding is UTF-8);
 * decimal128 and integers -> numeric in Postgres' base-10000 form (ndigits, weight, sign,
-  dscale = the value's scale, digits; leading and trailing zero digits stripped as Postgres
-  stores them), from the unscaled 128-bit integers with numpy arithmetic;
+  dscale = the value's scale, digits; every row of a chunk sends as many digits as its widest
+  value, ``numeric_recv`` strips the zero ones), from the unscaled 128-bit integers with numpy
+  arithmetic;
 * ``NUMERIC_TEXT`` (numeric text such as ``-12.50``, ``125E-3``, ``NaN``, ``Infinity``) ->
   numeric, parsed by a regex kernel and a digit matrix.
 Any other pairing (interval, uuid, time of other units, an unparsable numeric text, Arrow types
 the engine does not make) falls back to psycopg's own binary dumper for the column's type, one
-call per value (``python_fields``): the very bytes ``Copy.write_row`` would send. This module
+call per value (``python_fields``): the very bytes ``Copy.write_row`` would send. Chunks of at
+most ``SMALL_ROWS`` rows go row by row through those dumpers (a kernel call's fixed cost is more
+than a few rows cost). ``columns_from_rows`` converts tuple rows to such columns. This module
 must not open transactions or decide what to COPY where; it only makes bytes.
 """
 
