@@ -61,19 +61,16 @@ def repeated_chunks(positions: np.ndarray, counts: np.ndarray, size: int) -> Ite
 
 
 def take(column: Any, positions: np.ndarray) -> Any:
-    """Rows ``positions`` of an Arrow column or a list of Python values."""
+    """Rows ``positions`` of an Arrow column (a zero-copy slice when they are consecutive) or of
+    a list of Python values."""
     if isinstance(column, pa.Array):
-        if len(positions) == len(column) and (
-            len(positions) == 0
-            or (positions[0] == 0 and positions[-1] == len(column) - 1 and _ascending(positions))
-        ):
-            return column
+        if len(positions) == 0:
+            return column.slice(0, 0)
+        first = int(positions[0])
+        if int(positions[-1]) - first == len(positions) - 1 and (np.diff(positions) == 1).all():
+            return column.slice(first, len(positions))
         return column.take(pa.array(positions))
     return [column[i] for i in positions.tolist()]
-
-
-def _ascending(positions: np.ndarray) -> bool:
-    return bool((np.diff(positions) == 1).all())
 
 
 class DiffCopy:
