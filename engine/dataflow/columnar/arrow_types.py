@@ -12,6 +12,7 @@ Decimals at the column's scale). This module must not know about plans or state.
 from __future__ import annotations
 
 import contextlib
+import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -108,7 +109,21 @@ def to_python(array: pa.Array) -> list[Any]:
         return values
     if pa.types.is_decimal(array.type):
         return decimals(array)
+    if pa.types.is_timestamp(array.type) and array.type.tz in _UTC_NAMES:
+        return utc_datetimes(array)
     return array.to_pylist()
+
+
+_UTC_NAMES = frozenset({"UTC", "+00:00", "Etc/UTC"})
+
+
+def utc_datetimes(array: pa.Array) -> list[datetime.datetime | None]:
+    """A UTC timestamp column as aware datetimes whose tzinfo is ``datetime.UTC``, as the value
+    parsers give them (pyarrow's own conversion gives zoneinfo's UTC, which ``repr`` tells apart,
+    and the state's exact keys are ``repr`` bytes)."""
+    naive = array.cast(pa.timestamp(array.type.unit)).to_pylist()
+    utc = datetime.UTC
+    return [None if v is None else v.replace(tzinfo=utc) for v in naive]
 
 
 def decimals(array: pa.Array) -> list[Decimal | None]:
