@@ -5,7 +5,7 @@ Writes a workload (inserts in 1,000-row transactions, then single-row-per-statem
 row decoder and the columnar one on the same messages, in the same run:
   * peek: the server's own decoding + transfer of the binary messages (no Python decoding);
   * decode: the messages -> values: ``PgOutputDecoder.decode_all`` (events of Python tuples)
-    vs ``columnar_decode.decode_buffer`` (Arrow columns per relation), row changes/s (the
+    vs ``columnar_decode.decode_blocks`` (Arrow columns per relation), row changes/s (the
     figure issue 14's ">= 1M rows/s" is about);
   * assemble: decode + grouping into ``Transaction``s of ``DiffBatch``es (diffs/s), and the
     columnar batches' ``rows`` made as well (what a row-wise consumer pays);
@@ -28,7 +28,7 @@ import time
 import psycopg
 
 from engine.postgres.cdc import CdcReader
-from engine.postgres.columnar_decode import decode_buffer
+from engine.postgres.columnar_decode import decode_blocks
 from engine.postgres.pgoutput import Delete, Insert, PgOutputDecoder, Update
 
 SLOT = "bench_cdc_decode"
@@ -67,13 +67,18 @@ def fill(conn: psycopg.Connection, rows: int, updates: int, small: int) -> None:
         conn.execute("UPDATE bench_orders SET paid = NOT paid WHERE id = %s", (i,))
 
 
-def best_of(n: int, f) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(n):
-        t0 = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def interleaved(fns: dict, runs: int) -> dict:
+    """``{name: (best wall s, best CPU s, result)}``, the functions run in turn ``runs`` times
+    (a shared machine's load then weighs on each alike; CPU time ignores waiting for a core)."""
+    best = {k: [float("inf"), float("inf"), None] for k in fns}
+    for _ in range(runs):
+        for k, f in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            out = f()
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            b = best[k]
+            b[0], b[1], b[2] = min(b[0], wall), min(b[1], cpu), out
+    return {k: tuple(v) for k, v in best.items()}
 
 
 def assemble(reader: CdcReader, messages: list[bytes], columnar: bool, rows: bool):
@@ -101,7 +106,7 @@ def poll_loop(dsn: str, slot: str, columnar: bool) -> tuple[float, int]:
         reader.close()
 
 
-def run(dsn: str, rows: int, updates: int, small: int) -> None:
+def run(dsn: str, rows: int, updates: int, small: int, runs: int = 5) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         workload(conn, rows, updates)
         reader = CdcReader(dsn, SLOT, PUB)
@@ -119,21 +124,28 @@ def run(dsn: str, rows: int, updates: int, small: int) -> None:
             peek_s = time.perf_counter() - t0
             nbytes = sum(len(m) for m in messages)
 
-            row_s, events = best_of(3, lambda: PgOutputDecoder().decode_all(messages))
+            decodes = interleaved(
+                {
+                    "rows": lambda: PgOutputDecoder().decode_all(messages),
+                    "columnar": lambda: decode_blocks(PgOutputDecoder(), messages),
+                },
+                runs,
+            )
+            events, decoded = decodes["rows"][2], decodes["columnar"][2]
             changes = sum(isinstance(e, Insert | Update | Delete) for e in events)
-            col_s, decoded = best_of(3, lambda: decode_buffer(PgOutputDecoder(), messages))
-            assert sum(int(g.first.sum()) for g in decoded.groups) == changes
-
-            asm = {}
-            for columnar in (False, True):
-                for rows_too in (False, True) if columnar else (False,):
-                    asm[columnar, rows_too] = best_of(
-                        3, lambda c=columnar, r=rows_too: assemble(reader, messages, c, r)
-                    )
-            txs = asm[False, False][1]
+            assert sum(int(g.first.sum()) for d in decoded for g in d.groups) == changes
+            asm = interleaved(
+                {
+                    "rows": lambda: assemble(reader, messages, False, False),
+                    "columnar": lambda: assemble(reader, messages, True, False),
+                    "columnar + rows": lambda: assemble(reader, messages, True, True),
+                },
+                runs,
+            )
+            txs = asm["rows"][2]
             diffs = sum(tx.change_count for tx in txs)
             arrow = sum(
-                b.columns is not None for tx in asm[True, False][1] for b in tx.changes.values()
+                b.columns is not None for tx in asm["columnar"][2] for b in tx.changes.values()
             )
             tables = sum(len(tx.changes) for tx in txs)
 
@@ -157,25 +169,29 @@ def run(dsn: str, rows: int, updates: int, small: int) -> None:
         f"  peek (server decode + transfer)       {peek_s:7.2f} s  {fmt(changes / peek_s)} row"
         f" changes/s  ({fmt(len(messages))} messages, {nbytes / 1e6:.1f} MB)"
     )
-    print(
-        f"  decode, rows (PgOutputDecoder)        {row_s:7.2f} s  {fmt(changes / row_s)} row changes/s"
-    )
-    print(
-        f"  decode, columnar (decode_buffer)      {col_s:7.2f} s  {fmt(changes / col_s)} row changes/s"
-        f"  ({row_s / col_s:.1f}x)"
-    )
-    for (columnar, rows_too), label in (
-        ((False, False), "assemble, rows (decode + DiffBatches)"),
-        ((True, False), "assemble, columnar                   "),
-        ((True, True), "assemble, columnar + batch.rows      "),
+    print(f"  (best of {runs} runs, in turn; wall time, and in brackets CPU time)")
+    for name, label in (
+        ("rows", "rows (PgOutputDecoder)"),
+        ("columnar", "columnar (decode_blocks)"),
     ):
-        s_ = asm[columnar, rows_too][0]
-        print(f"  {label} {s_:6.2f} s  {fmt(diffs / s_)} diffs/s")
-    print(f"    ({arrow} of {tables} table batches as Arrow)")
+        wall, cpu, _ = decodes[name]
+        print(
+            f"  decode, {label:28s} {wall:6.2f} s  {fmt(changes / wall):>9} row changes/s"
+            f"  ({fmt(changes / cpu)})"
+        )
+    for name in ("rows", "columnar", "columnar + rows"):
+        wall, cpu, _ = asm[name]
+        print(
+            f"  assemble, {name:26s} {wall:6.2f} s  {fmt(diffs / wall):>9} diffs/s"
+            f"        ({fmt(diffs / cpu)})"
+        )
+    print(
+        f"    ({arrow} of {tables} table batches as Arrow; 'columnar + rows': batch.rows made too)"
+    )
     for columnar in (False, True):
         s_, polled = polls[columnar]
         label = "columnar" if columnar else "rows    "
-        print(f"  poll loop, {label} (peek+decode)     {s_:6.2f} s  {fmt(polled / s_)} diffs/s")
+        print(f"  poll loop, {label} (peek + decode)   {s_:6.2f} s  {fmt(polled / s_):>9} diffs/s")
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.dataflow.batch import DiffBatch
-from engine.postgres.columnar_decode import DecodedChanges, decode_buffer
+from engine.postgres.columnar_decode import BLOCK, DecodedChanges, decode_buffer
 from engine.postgres.pgoutput import Begin, Commit, Relation, Truncate
 from engine.postgres.tx_spill import SpilledChanges
 
@@ -63,6 +63,8 @@ class _Table:
         """Where each column of the current shape comes from in the group's rows (None: no
         re-shaping)."""
         names = group.rel.column_names
+        if len(self.shapes) == 1 and names == self.shapes[0]:
+            return None  # the usual case: no schema change in the transaction
         picks: list[int | None] = list(range(len(names)))
         for shape in self.shapes[k:]:
             if shape != names:
@@ -127,9 +129,11 @@ class ColumnarAssembler:
         self.buffered = 0  # row changes held in memory since the last spill
 
     def feed(self, messages: Sequence[bytes]) -> None:
-        """The next messages of the peek, in order."""
-        if not messages:
-            return
+        """The next messages of the peek, in order (decoded ``BLOCK`` at a time)."""
+        for i in range(0, len(messages), BLOCK):
+            self._feed(messages[i : i + BLOCK])
+
+    def _feed(self, messages: Sequence[bytes]) -> None:
         decoded = decode_buffer(
             self.reader.decoder, messages, self.after, self.skipping or self.begin is None
         )

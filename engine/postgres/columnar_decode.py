@@ -50,6 +50,9 @@ from engine.postgres.pgoutput_tokens import (
 from engine.postgres.text_columns import parse_column, vector_type
 
 INSERT, UPDATE, DELETE = 73, 85, 68  # 'I', 'U', 'D'
+# messages decoded at once: a block's bytes (~2 MB) stay in the CPU's cache while its columns
+# are read (whole 250k-message peeks cost ~1.5x the CPU time: every column pass misses cache)
+BLOCK = 16384
 _BEGIN, _COMMIT, _RELATION = 66, 67, 82
 _OLD, _KEY, _NEW = 79, 75, 78  # 'O', 'K', 'N'
 
@@ -66,12 +69,11 @@ class DecodedChanges:
     weights: np.ndarray
     messages: np.ndarray
     first: np.ndarray
+    columnar: bool = field(init=False)  # whether every column is an Arrow array
     _rows: list[tuple] | None = field(default=None, repr=False)
 
-    @property
-    def columnar(self) -> bool:
-        """Whether every column is an Arrow array."""
-        return all(isinstance(c, pa.Array) for c in self.columns)
+    def __post_init__(self) -> None:
+        self.columnar = all(isinstance(c, pa.Array) for c in self.columns)
 
     def __len__(self) -> int:
         return len(self.weights)
@@ -144,6 +146,12 @@ def decode_buffer(
             groups.append(_decode_group(decoder, buf, rel, msgs))
     missing.sort(key=lambda m: m[0])
     return DecodedBuffer(buf, controls, groups, missing)
+
+
+def decode_blocks(decoder: PgOutputDecoder, messages: Sequence[bytes]) -> list[DecodedBuffer]:
+    """``decode_buffer`` over the messages ``BLOCK`` at a time (a relation's changes come in
+    one group per block)."""
+    return [decode_buffer(decoder, messages[i : i + BLOCK]) for i in range(0, len(messages), BLOCK)]
 
 
 def _walk_controls(

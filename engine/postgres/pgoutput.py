@@ -108,13 +108,11 @@ class Relation:
     replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
     columns: tuple[Column, ...]
     qualified_name: str = field(init=False)
+    column_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "qualified_name", f"{self.schema}.{self.table}")
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
+        object.__setattr__(self, "column_names", tuple(c.name for c in self.columns))
 
     def same_shape(self, other: Relation) -> bool:
         return self.columns == other.columns
