@@ -11,7 +11,7 @@ row decoder and the columnar one on the same messages, in the same run:
     columnar batches' ``rows`` made as well (what a row-wise consumer pays);
   * poll loop: ``poll(max_changes)`` + ``advance()`` until drained, end to end (each decoder
     drains a slot of its own).
-With ``--small N``, N more single-row transactions follow (per-transaction costs).
+With ``--small N``, N more single-row INSERT transactions follow (per-transaction costs).
 
     python -m bench.cdc_decode [--dsn DSN] [--rows 200000] [--updates 50000] [--small 0]
 
@@ -63,8 +63,11 @@ def fill(conn: psycopg.Connection, rows: int, updates: int, small: int) -> None:
                 "UPDATE bench_orders SET amount = amount + 1 WHERE id >= %s AND id < %s",
                 (start, start + 100),
             )
-    for i in range(small):
-        conn.execute("UPDATE bench_orders SET paid = NOT paid WHERE id = %s", (i,))
+    for i in range(rows, rows + small):
+        conn.execute(
+            "INSERT INTO bench_orders VALUES (%s, 1, 'customer', 1.50, now(), true, current_date)",
+            (i,),
+        )
 
 
 def interleaved(fns: dict, runs: int) -> dict:

@@ -25,12 +25,17 @@ import numpy as np
 import pyarrow as pa
 
 from engine.dataflow.batch import DiffBatch
-from engine.postgres.columnar_decode import BLOCK, DecodedChanges, decode_buffer
+from engine.postgres.columnar_decode import BLOCK, Control, DecodedChanges, decode_buffer
 from engine.postgres.pgoutput import Begin, Commit, Relation, Truncate
 from engine.postgres.tx_spill import SpilledChanges
 
 if TYPE_CHECKING:
     from engine.postgres.cdc import CdcReader, Transaction
+
+
+# a table's diffs between two control messages fewer than this come as rows (DecodedChanges.
+# prepare_rows): single-row transactions as Arrow slices cost ~3x the row decoder's time
+SMALL = 32
 
 
 class _Table:
@@ -90,6 +95,10 @@ class _Table:
         parts = self.parts
         if not parts:
             return DiffBatch()
+        if len(parts) == 1 and len(self.shapes) == 1:  # the usual case
+            g, a, b, _ = parts[0]
+            if g.rel.column_names == self.shapes[0]:
+                return g.batch(a, b)
         if all(g.columnar and self._picks(g, k) is None for g, _, _, k in parts):
             if len(parts) == 1:
                 g, a, b, _ = parts[0]
@@ -140,24 +149,35 @@ class ColumnarAssembler:
         base = self.read
         self.read += len(messages)
         # boundaries: control messages and changes that lack their old row, in message order
-        marks = [(c.index, c) for c in decoded.controls]
-        marks += [(i, (rel, what)) for i, rel, what in decoded.missing_old]
-        marks.sort(key=lambda m: m[0])
-        at = np.array([i for i, _ in marks], np.int64)
-        runs: dict[int, list[tuple[DecodedChanges, int, int]]] = {}
+        marks: list = decoded.controls
+        at = decoded.control_at
+        if decoded.missing_old:
+            marks = [*marks, *((i, (rel, what)) for i, rel, what in decoded.missing_old)]
+            marks.sort(key=lambda m: m[0])
+            at = np.array([m[0] for m in marks], np.int64)
+        runs: dict[int, list[tuple[DecodedChanges, int, int, int]]] = {}
         for g in decoded.groups:
             mark = np.searchsorted(at, g.messages) - 1  # the boundary before each diff
             cuts = np.flatnonzero(mark[1:] != mark[:-1]) + 1
-            bounds = [0, *cuts.tolist(), len(g)]
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                runs.setdefault(int(mark[a]), []).append((g, a, b))
+            starts = np.concatenate(([0], cuts))
+            ends = np.append(cuts, len(g))
+            changes = np.add.reduceat(g.first.astype(np.int64), starts)  # messages per run
+            small = (ends - starts) < SMALL
+            g.prepare_rows(list(zip(starts[small].tolist(), ends[small].tolist(), strict=True)))
+            for m, a, b, n in zip(
+                mark[starts].tolist(), starts.tolist(), ends.tolist(), changes.tolist(), strict=True
+            ):
+                runs.setdefault(m, []).append((g, a, b, n))
         self._append(runs.get(-1, ()))
-        for j, (i, mark) in enumerate(marks):
-            if isinstance(mark, tuple):
-                self._old_row_missing(decoded.buf.messages[i], *mark)
+        messages_of = decoded.buf.messages
+        for j, mark in enumerate(marks):
+            if isinstance(mark, Control):
+                self._control(base + mark.index, mark.event, mark.relations)
             else:
-                self._control(base + i, mark.event, mark.relations)
-            self._append(runs.get(j, ()))
+                self._old_row_missing(messages_of[mark[0]], *mark[1])
+            parts = runs.get(j)
+            if parts is not None:
+                self._append(parts)
 
     def finish(self) -> tuple[list[Transaction], int]:
         """The committed transactions (an incomplete tail dropped) and the skipped messages."""
@@ -165,13 +185,7 @@ class ColumnarAssembler:
 
     # -- steps --------------------------------------------------------------------------------
     def _control(self, index: int, event: object, relations: tuple[Relation | None, ...]) -> None:
-        reader = self.reader
-        if isinstance(event, Relation):
-            reader._ancestors.pop(event.oid, None)  # re-read: it may have been attached/detached
-            acc = self.tables.get(event.oid)
-            if not self.skipping and acc is not None and acc.rel is not event:
-                acc.reshape(event)  # schema change inside the transaction
-        elif isinstance(event, Begin):
+        if isinstance(event, Begin):
             self.begin, self.start = event, index
             self.tables, self.spill, self.buffered = {}, None, 0
             self.skipping = event.final_lsn < self.after  # returned by an earlier poll
@@ -182,6 +196,11 @@ class ColumnarAssembler:
             else:
                 self._commit(event)
             self.begin = None
+        elif isinstance(event, Relation):
+            self.reader._ancestors.pop(event.oid, None)  # re-read: attached/detached?
+            acc = self.tables.get(event.oid)
+            if not self.skipping and acc is not None and acc.rel is not event:
+                acc.reshape(event)  # schema change inside the transaction
         elif isinstance(event, Truncate) and not self.skipping:
             for oid, rel in zip(event.oids, relations, strict=True):
                 acc = self._table(oid, rel)
@@ -198,12 +217,17 @@ class ColumnarAssembler:
             acc = self.tables[oid] = _Table(rel)
         return acc
 
-    def _append(self, parts: Sequence[tuple[DecodedChanges, int, int]]) -> None:
+    def _append(self, parts: Sequence[tuple[DecodedChanges, int, int, int]]) -> None:
+        """Diffs ``a`` to ``b`` of groups (``n`` messages each), to the open transaction."""
         if self.begin is None or self.skipping:
             return
-        for g, a, b in parts:
-            self._table(g.rel.oid, g.rel).add(g, a, b)
-            self.buffered += int(np.count_nonzero(g.first[a:b]))
+        tables = self.tables
+        for g, a, b, n in parts:
+            acc = tables.get(g.rel.oid)
+            if acc is None:
+                acc = tables[g.rel.oid] = _Table(g.rel)
+            acc.add(g, a, b)
+            self.buffered += n
         if self.bound and self.buffered >= self.bound:
             self._spill()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -71,6 +71,7 @@ class DecodedChanges:
     first: np.ndarray
     columnar: bool = field(init=False)  # whether every column is an Arrow array
     _rows: list[tuple] | None = field(default=None, repr=False)
+    _span_rows: dict[int, list[tuple]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.columnar = all(isinstance(c, pa.Array) for c in self.columns)
@@ -82,12 +83,38 @@ class DecodedChanges:
         """All diffs as tuple rows (made once): the engine's Python values, as the row decoder
         gives them."""
         if self._rows is None:
-            cols = [c if isinstance(c, list) else to_python(c) for c in self.columns]
-            self._rows = list(zip(*cols, strict=True)) if cols else [()] * len(self)
+            self._rows = self._rows_at(None)
         return self._rows
 
+    def _rows_at(self, at: np.ndarray | None) -> list[tuple]:
+        cols = []
+        for c in self.columns:
+            if isinstance(c, list):
+                cols.append(c if at is None else [c[i] for i in at.tolist()])
+            else:
+                cols.append(to_python(c if at is None else c.take(pa.array(at))))
+        n = len(self) if at is None else len(at)
+        return list(zip(*cols, strict=True)) if cols else [()] * n
+
+    def prepare_rows(self, spans: list[tuple[int, int]]) -> None:
+        """Make the rows of the diff ranges ``spans`` at once (``batch`` then gives them as
+        rows): an Arrow batch costs ~10 us per transaction in slices and their garbage
+        collection, more than a few rows do, so small transactions come as rows."""
+        if not self.columnar or not spans:
+            return
+        at = np.concatenate([np.arange(a, b) for a, b in spans])
+        rows = self._rows_at(at)
+        i = 0
+        for a, b in spans:
+            self._span_rows[a] = rows[i : i + b - a]
+            i += b - a
+
     def batch(self, a: int, b: int) -> DiffBatch:
-        """Diffs ``a`` to ``b`` as a ``DiffBatch``: Arrow slices when the group is columnar."""
+        """Diffs ``a`` to ``b`` as a ``DiffBatch``: Arrow slices when the group is columnar
+        (unless ``prepare_rows`` made them rows)."""
+        rows = self._span_rows.get(a)
+        if rows is not None and len(rows) == b - a:
+            return DiffBatch(rows, self.weights[a:b].tolist())
         if self.columnar:
             return DiffBatch.from_columns(
                 [c.slice(a, b - a) for c in self.columns], self.weights[a:b]
@@ -95,8 +122,7 @@ class DecodedChanges:
         return DiffBatch(self.rows()[a:b], self.weights[a:b].tolist())
 
 
-@dataclass
-class Control:
+class Control(NamedTuple):
     """A control message at buffer index ``index``, decoded; ``relations`` holds, for a
     Truncate, the relation of each of its oids as the cache had it then."""
 
@@ -109,6 +135,7 @@ class Control:
 class DecodedBuffer:
     buf: MessageBuffer
     controls: list[Control]
+    control_at: np.ndarray  # each control message's index in the buffer
     groups: list[DecodedChanges]
     # UPDATEs/DELETEs without the full old row: (buffer index, relation, "an UPDATE"/"a DELETE")
     missing_old: list[tuple[int, Relation, str]]
@@ -132,7 +159,7 @@ def decode_buffer(
     )
     changes = np.flatnonzero(change)
     if not len(changes):
-        return DecodedBuffer(buf, controls, [], [])
+        return DecodedBuffer(buf, controls, control_at, [], [])
     before = np.searchsorted(control_at, changes) - 1  # the control message before each change
     keep = included[before + 1]
     changes, before = changes[keep], before[keep]
@@ -145,7 +172,7 @@ def decode_buffer(
         if len(msgs):
             groups.append(_decode_group(decoder, buf, rel, msgs))
     missing.sort(key=lambda m: m[0])
-    return DecodedBuffer(buf, controls, groups, missing)
+    return DecodedBuffer(buf, controls, control_at, groups, missing)
 
 
 def decode_blocks(decoder: PgOutputDecoder, messages: Sequence[bytes]) -> list[DecodedBuffer]:
@@ -164,17 +191,15 @@ def _walk_controls(
     """Decode the control messages in order. Returns them, and per position "before the first
     control message, after control message j" (index j + 1): the relation cache's version and
     whether changes there are decoded; and per relation oid its cached Relation by version."""
-    n = len(control_at)
-    versions = np.zeros(n + 1, np.int64)
-    included = np.zeros(n + 1, bool)
-    included[0] = not skipping
+    versions = [0]
+    included = [not skipping]
     history: dict[int, list[tuple[int, Relation | None]]] = {}
     relations = decoder.relations
     controls: list[Control] = []
     version = 0
     inside = not skipping
     decode = decoder.decode
-    for j, i in enumerate(control_at.tolist()):
+    for i in control_at.tolist():
         data = messages[i]
         kind = data[0]
         if kind == _RELATION:
@@ -194,13 +219,15 @@ def _walk_controls(
                 inside = event.final_lsn >= after_lsn
             elif kind == _COMMIT:
                 inside = False
-            if isinstance(event, Truncate):
+            elif isinstance(event, Truncate):
                 controls.append(Control(i, event, tuple(relations.get(o) for o in event.oids)))
-            else:
-                controls.append(Control(i, event))
-        versions[j + 1] = version
-        included[j + 1] = inside
-    return controls, versions, included, history
+                versions.append(version)
+                included.append(inside)
+                continue
+            controls.append(Control(i, event))
+        versions.append(version)
+        included.append(inside)
+    return controls, np.array(versions, np.int64), np.array(included, bool), history
 
 
 def _shapes(

@@ -16,6 +16,7 @@ import pytest
 
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
+from engine.postgres import columnar_assembly
 from engine.postgres.cdc import CdcReader
 from engine.postgres.pgoutput import PgOutputDecoder
 
@@ -238,8 +239,16 @@ def all_diffs(tx) -> dict[str, tuple[list, list]]:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_dml_decodes_the_same_both_ways(pg_conn, reader, seed):
+@pytest.fixture
+def arrow_always(monkeypatch):
+    """Every table batch as Arrow, also the small ones (``SMALL`` makes those rows)."""
+    monkeypatch.setattr(columnar_assembly, "SMALL", 0)
+
+
+@pytest.mark.parametrize("seed, small", [(1, True), (2, False)], ids=["small-as-rows", "all-arrow"])
+def test_random_dml_decodes_the_same_both_ways(pg_conn, reader, monkeypatch, seed, small):
+    if not small:
+        monkeypatch.setattr(columnar_assembly, "SMALL", 0)
     rng = random.Random(seed)
     pg_conn.execute(FAST)
     pg_conn.execute(MIXED)
@@ -258,12 +267,16 @@ def test_random_dml_decodes_the_same_both_ways(pg_conn, reader, seed):
     fast = [tx.changes["public.fast"] for tx in cols if tx.changes.get("public.fast")]
     mixed = [tx.changes["public.mixed"] for tx in cols if tx.changes.get("public.mixed")]
     assert len(fast) > 20 and len(mixed) > 5
-    assert all(b.columns is not None for b in fast)  # every column vector-parsed
+    # every column vector-parsed: Arrow (a transaction's few diffs as rows, made column-wise)
+    assert all((b.columns is not None) == (len(b) >= columnar_assembly.SMALL) for b in fast)
+    assert (
+        any(b.columns is not None for b in fast) and any(b.columns is None for b in fast) == small
+    )
     assert not any(b.columns is not None for b in mixed)  # interval, uuid...: rows
-    assert arrow == len(fast)
+    assert arrow == sum(b.columns is not None for b in fast)
 
 
-def test_values_without_a_vector_parse_fall_back_per_column(pg_conn, reader):
+def test_values_without_a_vector_parse_fall_back_per_column(pg_conn, reader, arrow_always):
     """A numeric NaN in numeric(10,2), a value of numeric(60,10) past decimal128, non-UTF-8-free
     edge values: the column is parsed value by value, the rows equal the row decoder's."""
     pg_conn.execute(
@@ -322,7 +335,7 @@ def test_values_python_cannot_hold_fail_the_same_way(pg_conn, reader, column, va
     assert f"public.far.{column}" in errors[0]
 
 
-def test_toast_schema_changes_and_truncate_inside_transactions(pg_conn, reader):
+def test_toast_schema_changes_and_truncate_inside_transactions(pg_conn, reader, arrow_always):
     pg_conn.execute(
         "CREATE TABLE docs (id int, body text, n int, note text);"
         "ALTER TABLE docs REPLICA IDENTITY FULL;"
