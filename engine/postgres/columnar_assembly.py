@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.dataflow.batch import DiffBatch
-from engine.postgres.columnar_decode import BLOCK, Control, DecodedChanges, decode_buffer
+from engine.postgres.columnar_decode import BLOCK, DecodedChanges, decode_buffer
 from engine.postgres.pgoutput import Begin, Commit, Relation, Truncate
 from engine.postgres.tx_spill import SpilledChanges
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from engine.postgres.cdc import CdcReader, Transaction
 
 
+_BEGIN, _COMMIT = 66, 67  # 'B', 'C'
 # a table's diffs between two control messages fewer than this come as rows (DecodedChanges.
 # prepare_rows): single-row transactions as Arrow slices cost ~3x the row decoder's time
 SMALL = 32
@@ -149,54 +150,81 @@ class ColumnarAssembler:
         base = self.read
         self.read += len(messages)
         # boundaries: control messages and changes that lack their old row, in message order
-        marks: list = decoded.controls
         at = decoded.control_at
-        if decoded.missing_old:
-            marks = [*marks, *((i, (rel, what)) for i, rel, what in decoded.missing_old)]
-            marks.sort(key=lambda m: m[0])
-            at = np.array([m[0] for m in marks], np.int64)
-        runs: dict[int, list[tuple[DecodedChanges, int, int, int]]] = {}
-        for g in decoded.groups:
-            mark = np.searchsorted(at, g.messages) - 1  # the boundary before each diff
-            cuts = np.flatnonzero(mark[1:] != mark[:-1]) + 1
-            starts = np.concatenate(([0], cuts))
-            ends = np.append(cuts, len(g))
-            changes = np.add.reduceat(g.first.astype(np.int64), starts)  # messages per run
-            small = (ends - starts) < SMALL
-            g.prepare_rows(list(zip(starts[small].tolist(), ends[small].tolist(), strict=True)))
-            for m, a, b, n in zip(
-                mark[starts].tolist(), starts.tolist(), ends.tolist(), changes.tolist(), strict=True
-            ):
-                runs.setdefault(m, []).append((g, a, b, n))
-        self._append(runs.get(-1, ()))
-        messages_of = decoded.buf.messages
-        for j, mark in enumerate(marks):
-            if isinstance(mark, Control):
-                self._control(base + mark.index, mark.event, mark.relations)
+        missing = {i: (rel, what) for i, rel, what in decoded.missing_old}
+        if missing:
+            at = np.sort(np.concatenate([at, np.array(list(missing), np.int64)]))
+        # each group's runs of diffs between two boundaries: (boundary before, a, b, messages)
+        runs = [self._runs(g, at) for g in decoded.groups]
+        next_run = [0] * len(runs)
+        self._take_runs(runs, next_run, -1)
+        decode = self.reader.decoder.decode
+        controls = decoded.controls
+        for j, i in enumerate(at.tolist()):
+            data = messages[i]
+            kind = data[0]
+            if i in missing:
+                self._old_row_missing(data, *missing[i])
+            elif kind == _BEGIN:
+                self._begin(base + i, decode(data))
+            elif kind == _COMMIT:
+                self._commit(base + i, decode(data))
             else:
-                self._old_row_missing(messages_of[mark[0]], *mark[1])
-            parts = runs.get(j)
-            if parts is not None:
-                self._append(parts)
+                c = controls[i]
+                self._control(c.event, c.relations)
+            self._take_runs(runs, next_run, j)
+
+    @staticmethod
+    def _runs(g: DecodedChanges, at: np.ndarray) -> tuple[list, list, list, list, DecodedChanges]:
+        mark = np.searchsorted(at, g.messages) - 1  # the boundary before each diff
+        cuts = np.flatnonzero(mark[1:] != mark[:-1]) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.append(cuts, len(g))
+        changes = np.add.reduceat(g.first.astype(np.int64), starts)  # messages per run
+        small = (ends - starts) < SMALL
+        g.prepare_rows(list(zip(starts[small].tolist(), ends[small].tolist(), strict=True)))
+        return mark[starts].tolist(), starts.tolist(), ends.tolist(), changes.tolist(), g
+
+    def _take_runs(self, runs: list, next_run: list[int], j: int) -> None:
+        """Append the runs that follow boundary ``j`` (-1: the block's start)."""
+        for k, (marks, starts, ends, changes, g) in enumerate(runs):
+            p = next_run[k]
+            while p < len(marks) and marks[p] == j:
+                self._append(g, starts[p], ends[p], changes[p])
+                p += 1
+            next_run[k] = p
+        if self.bound and self.buffered >= self.bound and self.begin is not None:
+            self._spill()
 
     def finish(self) -> tuple[list[Transaction], int]:
         """The committed transactions (an incomplete tail dropped) and the skipped messages."""
         return self.txs, self.skipped
 
     # -- steps --------------------------------------------------------------------------------
-    def _control(self, index: int, event: object, relations: tuple[Relation | None, ...]) -> None:
-        if isinstance(event, Begin):
-            self.begin, self.start = event, index
-            self.tables, self.spill, self.buffered = {}, None, 0
-            self.skipping = event.final_lsn < self.after  # returned by an earlier poll
-        elif isinstance(event, Commit):
-            if self.skipping:
-                self.skipping = False
-                self.skipped += index - self.start + 1
-            else:
-                self._commit(event)
-            self.begin = None
-        elif isinstance(event, Relation):
+    def _begin(self, index: int, event: Begin) -> None:
+        self.begin, self.start = event, index
+        self.tables, self.spill, self.buffered = {}, None, 0
+        self.skipping = event.final_lsn < self.after  # returned by an earlier poll
+
+    def _commit(self, index: int, commit: Commit) -> None:
+        if self.skipping:
+            self.skipping = False
+            self.skipped += index - self.start + 1
+        else:
+            assert self.begin is not None
+            tables = {o: (acc.rel, acc.batch(), acc.truncated) for o, acc in self.tables.items()}
+            tx = self.reader._transaction(self.begin, commit, tables)
+            if self.spill is not None:
+                tx.spilled = self.spill
+                self.spill = None
+                self.reader.spilled_transactions += 1
+            self.txs.append(tx)
+        self.buffered = 0
+        self.begin = None
+
+    def _control(self, event: object, relations: tuple[Relation | None, ...]) -> None:
+        """A Relation, Truncate (Type, Origin, Message: nothing to gather)."""
+        if isinstance(event, Relation):
             self.reader._ancestors.pop(event.oid, None)  # re-read: attached/detached?
             acc = self.tables.get(event.oid)
             if not self.skipping and acc is not None and acc.rel is not event:
@@ -217,19 +245,16 @@ class ColumnarAssembler:
             acc = self.tables[oid] = _Table(rel)
         return acc
 
-    def _append(self, parts: Sequence[tuple[DecodedChanges, int, int, int]]) -> None:
-        """Diffs ``a`` to ``b`` of groups (``n`` messages each), to the open transaction."""
+    def _append(self, g: DecodedChanges, a: int, b: int, changes: int) -> None:
+        """Diffs ``a`` to ``b`` of group ``g`` (of ``changes`` messages) to the open
+        transaction."""
         if self.begin is None or self.skipping:
             return
-        tables = self.tables
-        for g, a, b, n in parts:
-            acc = tables.get(g.rel.oid)
-            if acc is None:
-                acc = tables[g.rel.oid] = _Table(g.rel)
-            acc.add(g, a, b)
-            self.buffered += n
-        if self.bound and self.buffered >= self.bound:
-            self._spill()
+        acc = self.tables.get(g.rel.oid)
+        if acc is None:
+            acc = self.tables[g.rel.oid] = _Table(g.rel)
+        acc.add(g, a, b)
+        self.buffered += changes
 
     def _old_row_missing(self, message: bytes, rel: Relation, what: str) -> None:
         if self.begin is None or self.skipping:
@@ -259,15 +284,4 @@ class ColumnarAssembler:
                 self.spill.append(name, acc.rel.column_names, rows, weights)
             acc.clear()
             reader.spilled_chunks += 1
-        self.buffered = 0
-
-    def _commit(self, commit: Commit) -> None:
-        assert self.begin is not None
-        tables = {oid: (acc.rel, acc.batch(), acc.truncated) for oid, acc in self.tables.items()}
-        tx = self.reader._transaction(self.begin, commit, tables)
-        if self.spill is not None:
-            tx.spilled = self.spill
-            self.spill = None
-            self.reader.spilled_transactions += 1
-        self.txs.append(tx)
         self.buffered = 0

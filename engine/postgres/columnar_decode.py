@@ -1,10 +1,11 @@
 """The vectorized pgoutput decoder: a whole buffer of messages -> per relation, Arrow columns of diffs.
 
-``decode_buffer(decoder, messages)`` reads the control messages (Begin, Commit, Relation,
-Truncate, Type, Origin, Message: a few per transaction) one by one with the row decoder
-(``PgOutputDecoder``, which keeps the relation cache), and every row change (Insert, Update,
-Delete) of the buffer at once: the changes are grouped by the relation shape they were written
-under (the Relation in force at each one), each group's tuples are tokenized with numpy
+``decode_buffer(decoder, messages)`` reads the control messages (a few per transaction) one by
+one: Relation, Truncate, Type, Origin and Message with the row decoder (``PgOutputDecoder``,
+which keeps the relation cache), of a Begin only its final LSN, a Commit not at all (the caller
+decodes those two when it gets to them). Every row change (Insert, Update, Delete) of the buffer
+is read at once: the changes are grouped by the relation shape they were written under (the
+Relation in force at each one), each group's tuples are tokenized with numpy
 (``pgoutput_tokens``) and each column is parsed by Arrow kernels (``text_columns``), so no Python
 runs per value. A group is a ``DecodedChanges``: the diffs in message order (INSERT +new, DELETE
 -old, UPDATE -old +new, unchanged TOAST values of an UPDATE filled from its old row), their
@@ -13,12 +14,14 @@ exact vector parse, the row decoder's Python values. Changes inside transactions
 before ``after_lsn`` are not decoded (``poll`` skips transactions it already returned). An
 UPDATE or DELETE without the full old row is reported in ``missing_old`` and not decoded (the
 reader decides: an error, or a re-population). A message the vector path cannot read is handed
-to the row decoder, whose error is raised. This module decodes; grouping into transactions is
+to the row decoder, whose error is raised. ``decode_blocks`` decodes a long peek ``BLOCK``
+messages at a time. This module decodes; grouping into transactions is
 ``engine.postgres.columnar_assembly``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -32,7 +35,6 @@ from engine.errors import ViewError
 from engine.postgres import values as V
 from engine.postgres.pgoutput import (
     UNCHANGED_TOAST,
-    Begin,
     PgOutputDecoder,
     Relation,
     Truncate,
@@ -55,6 +57,7 @@ INSERT, UPDATE, DELETE = 73, 85, 68  # 'I', 'U', 'D'
 BLOCK = 16384
 _BEGIN, _COMMIT, _RELATION = 66, 67, 82
 _OLD, _KEY, _NEW = 79, 75, 78  # 'O', 'K', 'N'
+_FINAL_LSN = struct.Struct(">q")  # a Begin's first field
 
 
 @dataclass
@@ -71,7 +74,8 @@ class DecodedChanges:
     first: np.ndarray
     columnar: bool = field(init=False)  # whether every column is an Arrow array
     _rows: list[tuple] | None = field(default=None, repr=False)
-    _span_rows: dict[int, list[tuple]] = field(default_factory=dict, repr=False)
+    _small: list[tuple] = field(default_factory=list, repr=False)  # prepare_rows' rows
+    _small_at: dict[int, int] = field(default_factory=dict, repr=False)  # diff -> its place
 
     def __post_init__(self) -> None:
         self.columnar = all(isinstance(c, pa.Array) for c in self.columns)
@@ -103,18 +107,18 @@ class DecodedChanges:
         if not self.columnar or not spans:
             return
         at = np.concatenate([np.arange(a, b) for a, b in spans])
-        rows = self._rows_at(at)
+        self._small = self._rows_at(at)
         i = 0
         for a, b in spans:
-            self._span_rows[a] = rows[i : i + b - a]
+            self._small_at[a] = i
             i += b - a
 
     def batch(self, a: int, b: int) -> DiffBatch:
         """Diffs ``a`` to ``b`` as a ``DiffBatch``: Arrow slices when the group is columnar
         (unless ``prepare_rows`` made them rows)."""
-        rows = self._span_rows.get(a)
-        if rows is not None and len(rows) == b - a:
-            return DiffBatch(rows, self.weights[a:b].tolist())
+        i = self._small_at.get(a)
+        if i is not None and i + b - a <= len(self._small):
+            return DiffBatch(self._small[i : i + b - a], self.weights[a:b].tolist())
         if self.columnar:
             return DiffBatch.from_columns(
                 [c.slice(a, b - a) for c in self.columns], self.weights[a:b]
@@ -123,19 +127,22 @@ class DecodedChanges:
 
 
 class Control(NamedTuple):
-    """A control message at buffer index ``index``, decoded; ``relations`` holds, for a
+    """A control message other than Begin and Commit, decoded; ``relations`` holds, for a
     Truncate, the relation of each of its oids as the cache had it then."""
 
-    index: int
     event: Any
     relations: tuple[Relation | None, ...] = ()
 
 
 @dataclass
 class DecodedBuffer:
+    """``control_at``: the buffer index of each control message, in order; ``controls``: those
+    other than Begin and Commit (few), decoded, by buffer index (Begin and Commit are decoded by
+    the caller when it gets to them: ``PgOutputDecoder.decode``)."""
+
     buf: MessageBuffer
-    controls: list[Control]
-    control_at: np.ndarray  # each control message's index in the buffer
+    control_at: np.ndarray
+    controls: dict[int, Control]
     groups: list[DecodedChanges]
     # UPDATEs/DELETEs without the full old row: (buffer index, relation, "an UPDATE"/"a DELETE")
     missing_old: list[tuple[int, Relation, str]]
@@ -159,7 +166,7 @@ def decode_buffer(
     )
     changes = np.flatnonzero(change)
     if not len(changes):
-        return DecodedBuffer(buf, controls, control_at, [], [])
+        return DecodedBuffer(buf, control_at, controls, [], [])
     before = np.searchsorted(control_at, changes) - 1  # the control message before each change
     keep = included[before + 1]
     changes, before = changes[keep], before[keep]
@@ -172,7 +179,7 @@ def decode_buffer(
         if len(msgs):
             groups.append(_decode_group(decoder, buf, rel, msgs))
     missing.sort(key=lambda m: m[0])
-    return DecodedBuffer(buf, controls, control_at, groups, missing)
+    return DecodedBuffer(buf, control_at, controls, groups, missing)
 
 
 def decode_blocks(decoder: PgOutputDecoder, messages: Sequence[bytes]) -> list[DecodedBuffer]:
@@ -187,22 +194,30 @@ def _walk_controls(
     control_at: np.ndarray,
     after_lsn: int,
     skipping: bool,
-) -> tuple[list[Control], np.ndarray, np.ndarray, dict[int, list[tuple[int, Relation | None]]]]:
-    """Decode the control messages in order. Returns them, and per position "before the first
-    control message, after control message j" (index j + 1): the relation cache's version and
-    whether changes there are decoded; and per relation oid its cached Relation by version."""
+) -> tuple[
+    dict[int, Control], np.ndarray, np.ndarray, dict[int, list[tuple[int, Relation | None]]]
+]:
+    """Read the control messages in order (Relation, Type... decoded; of a Begin only its final
+    LSN). Returns the decoded ones by index, and per position "before the first control
+    message, after control message j" (index j + 1): the relation cache's version and whether
+    changes there are decoded; and per relation oid its cached Relation by version."""
     versions = [0]
     included = [not skipping]
     history: dict[int, list[tuple[int, Relation | None]]] = {}
     relations = decoder.relations
-    controls: list[Control] = []
+    controls: dict[int, Control] = {}
     version = 0
     inside = not skipping
     decode = decoder.decode
+    final_lsn = _FINAL_LSN.unpack_from
     for i in control_at.tolist():
         data = messages[i]
         kind = data[0]
-        if kind == _RELATION:
+        if kind == _BEGIN:
+            inside = final_lsn(data, 1)[0] >= after_lsn
+        elif kind == _COMMIT:
+            inside = False
+        elif kind == _RELATION:
             oid = int.from_bytes(data[1:5], "big")
             was = relations.get(oid)
             event = decode(data)
@@ -211,20 +226,13 @@ def _walk_controls(
                     history[oid] = [(0, was)]
                 version += 1
                 history[oid].append((version, event))
-            controls.append(Control(i, event))
+            controls[i] = Control(event)
         else:
             event = decode(data)
-            if kind == _BEGIN:
-                assert isinstance(event, Begin)
-                inside = event.final_lsn >= after_lsn
-            elif kind == _COMMIT:
-                inside = False
-            elif isinstance(event, Truncate):
-                controls.append(Control(i, event, tuple(relations.get(o) for o in event.oids)))
-                versions.append(version)
-                included.append(inside)
-                continue
-            controls.append(Control(i, event))
+            if isinstance(event, Truncate):
+                controls[i] = Control(event, tuple(relations.get(o) for o in event.oids))
+            else:
+                controls[i] = Control(event)
         versions.append(version)
         included.append(inside)
     return controls, np.array(versions, np.int64), np.array(included, bool), history
