@@ -186,13 +186,19 @@ class ColumnarAssembler:
         return mark[starts].tolist(), starts.tolist(), ends.tolist(), changes.tolist(), g
 
     def _take_runs(self, runs: list, next_run: list[int], j: int) -> None:
-        """Append the runs that follow boundary ``j`` (-1: the block's start)."""
+        """Append the runs that follow boundary ``j`` (-1: the block's start); of several
+        tables, in the order of their first message (a transaction's tables as the row
+        assembler meets them)."""
+        found = []
         for k, (marks, starts, ends, changes, g) in enumerate(runs):
             p = next_run[k]
-            while p < len(marks) and marks[p] == j:
-                self._append(g, starts[p], ends[p], changes[p])
-                p += 1
-            next_run[k] = p
+            if p < len(marks) and marks[p] == j:
+                found.append((int(g.messages[starts[p]]), g, starts[p], ends[p], changes[p]))
+                next_run[k] = p + 1
+        if len(found) > 1:
+            found.sort(key=lambda f: f[0])
+        for _, g, a, b, n in found:
+            self._append(g, a, b, n)
         if self.bound and self.buffered >= self.bound and self.begin is not None:
             self._spill()
 
