@@ -18,6 +18,7 @@ about messages, relations' lifetimes or transactions.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 
 import numpy as np
@@ -138,8 +139,9 @@ def _texts(
         out.validate(full=True)  # UTF-8, as bytes.decode checks it
     except pa.ArrowInvalid:
         return None
-    if out.type != pa.string():
-        out = out.cast(pa.string())
+    if out.type != pa.string():  # over a buffer of 2 GB or more (else large_string stays)
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowCapacityError):
+            out = out.cast(pa.string())
     if padded:
         out = pc.utf8_rtrim(out, characters=" ")
     return out
