@@ -100,6 +100,8 @@ class DiffBatch:
         return (self._rows, self._weights, columns, self._cweights)
 
     def __setstate__(self, state: tuple) -> None:
+        if len(state) == 2:  # pickled before __getstate__: (None, {slot: value})
+            state = tuple(state[1].get(k) for k in ("_rows", "_weights", "_columns", "_cweights"))
         self._rows, self._weights, self._columns, self._cweights = state
 
     def __eq__(self, other: object) -> bool:
