@@ -53,7 +53,6 @@ def test_from_arrow_without_weight_column_names_the_problem():
 
 def test_extend_a_columnar_batch_leaves_no_stale_columns():
     import numpy as np
-    import pyarrow as pa
 
     b = DiffBatch.from_columns([pa.array([1, 2])], np.array([1, -1], dtype=np.int64))
     b.extend(DiffBatch([(3,)], [1]))
@@ -65,7 +64,6 @@ def test_a_pickled_slice_carries_only_its_own_values():
     import pickle
 
     import numpy as np
-    import pyarrow as pa
 
     big = pa.array(np.arange(1_000_000))
     b = DiffBatch.from_columns([big.slice(10, 3)], np.ones(3, dtype=np.int64))
