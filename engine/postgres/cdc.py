@@ -5,7 +5,8 @@
 creates the slot. ``poll()`` peeks the slot (``pg_logical_slot_peek_binary_changes``; psycopg 3
 has no streaming replication API), decodes the pgoutput messages and returns whole
 ``Transaction`` objects whose changes are ``DiffBatch`` Z-sets per table (INSERT +new, DELETE
--old, UPDATE -old +new). Peeking does not consume: the slot only moves when the consumer calls
+-old, UPDATE -old +new): Arrow columns decoded a whole peek at a time
+(``engine.postgres.columnar_assembly``; ``columnar=False``: rows, message by message). Peeking does not consume: the slot only moves when the consumer calls
 ``advance(tx.end_lsn)`` after its sink committed that transaction, so a crash replays from the
 last committed LSN. ``exported_snapshot()``, ``current_snapshot()`` and ``visible_in_snapshot()``
 give population a snapshot consistent with the slot. This module must not apply changes, keep
