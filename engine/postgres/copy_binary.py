@@ -125,6 +125,12 @@ def _fixed_fields(values: np.ndarray, valid: np.ndarray | None) -> pa.Array:
     rec["len"] = width
     rec["v"] = values
     matrix = rec.view(np.uint8).reshape(n, 4 + width)
+    return _masked_fields(matrix, valid)
+
+
+def _masked_fields(matrix: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+    """Fields of the rows of ``matrix`` (a 4-byte length then the value); NULL rows (``valid``
+    False) become the length -1 alone."""
     if valid is None:
         return _matrix_fields(matrix, None)
     matrix[~valid, :4] = _NULL
@@ -250,12 +256,7 @@ def _numeric_fields(
             words[odd, 4] = special[odd]
             words[odd, 5] = 0
     matrix = words.view(np.uint8)
-    if valid is None:
-        return _matrix_fields(matrix, None)
-    matrix[~valid, :4] = _NULL
-    keep = np.ones(matrix.shape, dtype=bool)
-    keep[~valid, 4:] = False
-    return _matrix_fields(matrix, keep)
+    return _masked_fields(matrix, valid)
 
 
 def _unscaled_words(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
