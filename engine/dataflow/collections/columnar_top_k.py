@@ -1,0 +1,439 @@
+"""ColumnarTopKCollection: ``row_number`` top-k computed a time at a time in arrays.
+
+The same output as ``TopKCollection(rank_kind="row_number", limit=...)``: per partition the rows
+at positions offset .. offset+limit-1 in ORDER BY order (Postgres' NULL placement, NaN above
+every number, text in the C collation), duplicates counted by multiplicity, ties among peers
+broken by the row's ``encode_key`` bytes as in the row collection (``sort_keys.identity_bytes``),
+``emit_rank`` appending the row_number; it emits exactly the difference between the old and new
+selections. ``supports`` says which plans it takes (the physical planner falls back to the row
+top-k otherwise).
+
+State, in the collection's column family: one entry per *write*, key ``P | rk | seq`` (P the
+partition's key bytes, rk = ORDER BY bytes + identity bytes, seq the writing time), value the row
+as a fixed-width record whose weight is the count it adds (``partition_tails``). Per partition a
+*head*: every row up to ``head_end``, at least offset+limit live positions (or the whole
+partition), whose entries are compact (one per row, holding its count); ``head_end`` is kept in
+``<name>.heads`` and, with the packed head rows, in a bounded memory cache (``partition_heads``).
+
+A time (``process``):
+
+1. the delta becomes Arrow columns and records once; P, rk for every row (vectorized), then one
+   sort consolidates it by ``P | rk``;
+2. the touched partitions' head ends come from the cache, the misses from one ``get_many``;
+3. a change past its partition's head end can neither enter the selection nor move a selected
+   row: it is staged blind (a put of its weight, no read). A partition whose changes all lie
+   there is done;
+4. the other partitions' heads (cache, or one bounded scan) and their in-head changes are merged
+   in one sort; a head left below offset+limit live positions is refilled by a scan of the tail;
+   old and new selections come from segmented sums; their difference is the output;
+5. heads longer than offset+limit+2*slack are cut back to offset+limit+slack (the rest stays in
+   state as the tail); changed head ends are staged; the new heads go to the cache;
+6. a blind delete leaves two entries that sum to zero: a partition with blind deletes compacts a
+   window of ``window`` entries from the first of them with probability ``4 * deletes / window``
+   (decided by a hash of the partition and the time), which keeps a tail's garbage near half its
+   entries at two entries read per blind write.
+
+Reads see committed state only, writes are staged; the cache may hold the time in progress and
+is emptied by a rollback. It must not keep more than the cache's budget in memory between times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.collection import StatefulCollection
+from engine.dataflow.columnar import kernels as K
+from engine.dataflow.columnar import top_k_select as sel
+from engine.dataflow.columnar.codec_columns import codec_columns, python_rows
+from engine.dataflow.columnar.partition_heads import (
+    HeadCache,
+    KeyedRows,
+    decode_meta,
+    encode_meta,
+    pack_heads,
+    unpack_heads,
+)
+from engine.dataflow.columnar.partition_tails import PartitionTails, Scan, TailChanges
+from engine.dataflow.columnar.row_block import RowCodec, Rows, column_kind, pack_rows, unpack_rows
+from engine.dataflow.columnar.sort_keys import identity_bytes, partition_bytes, sortable_bytes
+from engine.dataflow.state.sorted_partitions import order_description, order_spec
+from engine.dataflow.state.store import StateStore
+
+_SIGN = 1 << 63
+_AFTER_ROW = b"\xff" * 9  # past every ``seq`` suffix of one rk
+
+
+def supports(
+    column_types: Sequence[pa.DataType | None],
+    rank_kind: str = "row_number",
+    limit: int | None = 1,
+) -> bool:
+    """Whether ``ColumnarTopKCollection`` computes a top-k over rows of these Arrow column types
+    (None: no Arrow type): ``row_number`` with a limit of at least 1, every column of a record
+    codec type (ints, floats, bools, dates, timestamps, numerics of a known scale, text).
+
+    >>> supports([pa.int64(), pa.string()]), supports([pa.int64(), None])
+    (True, False)
+    >>> supports([pa.int64()], "rank"), supports([pa.int64()], limit=None)
+    (False, False)
+    """
+    return (
+        rank_kind == "row_number"
+        and limit is not None
+        and limit >= 1
+        and bool(column_types)
+        and all(t is not None and column_kind(t) is not None for t in column_types)
+    )
+
+
+class ColumnarTopKCollection(StatefulCollection):
+    """Positions offset .. offset+limit-1 of each partition (see the module docstring)."""
+
+    #: entries a compaction window reads
+    window = 64
+
+    def __init__(
+        self,
+        column_types: Sequence[pa.DataType],
+        partition_key: Sequence[int],
+        order_by: Sequence[int],
+        descending: Sequence[bool],
+        nulls_first: Sequence[bool | None] | None = None,
+        limit: int = 1,
+        offset: int = 0,
+        emit_rank: bool = False,
+        cache_bytes: int = 64 << 20,
+        slack: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not supports(column_types, "row_number", limit):
+            raise ValueError(f"ColumnarTopKCollection cannot hold {list(column_types)}, {limit=}")
+        if offset < 0:
+            raise ValueError(f"TopK offset must be >= 0, got {offset}")
+        self.codec = RowCodec(column_types)
+        self.partition_key = tuple(partition_key)
+        self.order_by, self.descending, self.nulls_first = order_spec(
+            "TopK", order_by, descending, nulls_first
+        )
+        self.limit, self.offset, self.emit_rank = limit, offset, emit_rank
+        self.hi = offset + limit
+        self.slack = max(limit, 8) if slack is None else slack
+        self.cache_bytes = cache_bytes
+        #: partitions whose changes all lay past the head this time (observability, tests)
+        self.skipped = 0
+
+    def open(self, store: StateStore | None) -> None:
+        super().open(store)
+        assert store is not None and self.table is not None
+        self.heads = store.table(f"{self.name}.heads", "point")
+        self.cache = HeadCache(store, self.cache_bytes)
+        self.tails = PartitionTails(self.table)
+
+    def describe(self) -> str:
+        s = (
+            f"TopK (columnar): partition={list(self.partition_key)} "
+            f"order={order_description(self.order_by, self.descending, self.nulls_first)}"
+            f" limit={self.limit}"
+        )
+        if self.offset:
+            s += f" offset={self.offset}"
+        return s + (" emit_rank" if self.emit_rank else "")
+
+    # -- the time's work ----------------------------------------------------------------------------
+    def on_time_end(self, time: int) -> DiffBatch:
+        """The time's input as it came: ``_changes`` consolidates it in arrays."""
+        delta = DiffBatch.concat(self._pending[0])
+        self._pending = [[]]
+        if not delta:
+            return DiffBatch()
+        return self.process(time, [delta])
+
+    def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
+        suffix = ((time + _SIGN) % (1 << 64)).to_bytes(8, "big")
+        changes, prefixes = self._changes(deltas[0], suffix)
+        if not len(changes):
+            return DiffBatch()
+        ends, blobs, counts = self._lookup(prefixes)
+        complete = np.fromiter((e is None for e in ends), bool, len(ends))
+        end_of = pa.array([b"" if e is None else e for e in ends], pa.large_binary())
+        past = np.asarray(pc.greater(changes.rk, end_of.take(pa.array(changes.part))), bool)
+        past &= ~complete[changes.part]
+        active = np.zeros(len(prefixes), bool)
+        active[changes.part[~past]] = True
+        self.skipped += len(prefixes) - int(active.sum())
+        pi = np.flatnonzero(past)
+        blind = changes.take(pi)
+        tail = TailChanges(
+            blind.part,
+            blind.rk.to_pylist(),
+            blind.counts.copy(),
+            pack_rows(self.codec, blind.rows).to_pylist(),
+        )
+        out = DiffBatch()
+        act = np.flatnonzero(active)
+        if len(act):
+            heads = self._heads(act, prefixes, ends, blobs, counts, suffix)
+            inside = changes.take(np.flatnonzero(~past))
+            out = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
+        self._compact_tails(prefixes, tail, suffix, time)
+        tail.stage_blind(self.table, prefixes, suffix)
+        misses = [j for j in np.flatnonzero(~active).tolist() if blobs[j] is None]
+        self.cache.put_many(
+            [prefixes[j] for j in misses], [ends[j] for j in misses], [None] * len(misses),
+            [0] * len(misses),
+        )  # fmt: skip
+        return out
+
+    def _changes(self, delta: DiffBatch, suffix: bytes) -> tuple[KeyedRows, list[bytes]]:
+        """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes."""
+        cols, nans = codec_columns(delta, self.codec.types)
+        n = len(delta)
+
+        def pick(idx):
+            return [cols[i] for i in idx], [nans[i] for i in idx]
+
+        prefix = partition_bytes(*pick(self.partition_key), n)
+        sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
+        rk = pc.binary_join_element_wise(sortable, identity_bytes(cols, nans), b"")
+        key = pc.binary_join_element_wise(prefix, rk, b"")
+        order = np.asarray(pc.sort_indices(key), np.int64)  # stable: first occurrences first
+        starts = np.flatnonzero(_breaks(key.take(pa.array(order))))
+        w = np.add.reduceat(np.asarray(delta.column_weights, np.int64)[order], starts)
+        keep = order[starts[w != 0]]
+        w = w[w != 0]
+        take = pa.array(keep, pa.int64())
+        ps = prefix.take(take)
+        new_part = _breaks(ps)
+        part = np.cumsum(new_part) - 1
+        rows = self.codec.encode(
+            [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w
+        )
+        seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
+        prefixes = ps.filter(pa.array(new_part)).to_pylist()
+        return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
+
+    def _lookup(self, prefixes: list[bytes]):
+        """Per partition: head end, packed head (None: not in memory), rows in it."""
+        cached = self.cache.get_many(prefixes)
+        miss = [j for j, c in enumerate(cached) if c is None]
+        if miss:
+            raws = self.heads.get_many([prefixes[j] for j in miss])
+            for j, raw in zip(miss, raws, strict=True):
+                cached[j] = (decode_meta(raw), None, 0)
+        ends = [c[0] for c in cached]  # type: ignore[index]
+        blobs = [c[1] for c in cached]  # type: ignore[index]
+        counts = [c[2] for c in cached]  # type: ignore[index]
+        return ends, blobs, counts
+
+    def _heads(self, act, prefixes, ends, blobs, counts, suffix) -> KeyedRows:
+        """The committed head rows of the active partitions ``act`` (partition = touched index):
+        from the cache, else read from state up to the head's end."""
+        have = [j for j in act.tolist() if blobs[j] is not None]
+        parts = []
+        if have:
+            n = np.array([counts[j] for j in have], np.int64)
+            h = unpack_heads(self.codec, [blobs[j] for j in have], n)
+            h.part = np.asarray(have, np.int64)[h.part]
+            parts.append(h)
+        for j in act.tolist():
+            if blobs[j] is None:
+                parts.append(
+                    self._scanned(j, self.tails.scan(prefixes[j], b"", suffix, until=ends[j]))
+                )
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return _no_rows(self.codec)
+        heads = KeyedRows.concat(parts)
+        return heads.take(np.argsort(heads.part, kind="stable"))
+
+    def _scanned(self, j: int, scan: Scan) -> KeyedRows:
+        """A scan's rows as partition ``j``'s KeyedRows."""
+        rows = scan.rows
+        return KeyedRows(
+            np.full(len(rows), j, np.int64),
+            pa.array([r[0] for r in rows], pa.large_binary()),
+            np.frombuffer(b"".join(r[1] for r in rows), ">u8").astype(np.uint64),
+            unpack_rows(self.codec, [r[3] for r in rows]),
+        )
+
+    def _merge(self, act, heads, inside, tail, prefixes, ends, suffix) -> DiffBatch:
+        """Merge the active partitions' heads with their in-head changes, refill short heads,
+        stage the writes, cut long heads, update the cache; returns the selections' change."""
+        nh = len(heads)
+        both = KeyedRows.concat([heads, inside])
+        tag = np.concatenate([np.zeros(nh, np.int8), np.ones(len(inside), np.int8)])
+        table = pa.table({"p": both.part, "k": both.rk, "t": tag})
+        o = np.asarray(
+            pc.sort_indices(table, [("p", "ascending"), ("k", "ascending"), ("t", "ascending")]),
+            np.int64,
+        )
+        ps = both.part[o]
+        pair = ~_breaks(both.rk.take(pa.array(o)))  # a change right after the head row it changes
+        pair[1:] &= ps[1:] == ps[:-1]
+        lead = np.flatnonzero(~pair)
+        last = np.append(lead[1:] - 1, len(o) - 1)
+        h_at, c_at = o[lead], o[last]
+        has_h, has_c = h_at < nh, c_at >= nh
+        old = np.where(has_h, both.counts[h_at], 0)
+        new = old + np.where(has_c, both.counts[c_at], 0)
+        merged = both.take(np.where(has_h, h_at, c_at))
+        merged.rows.rec["w"] = new
+        self._stage_merged(merged, has_c, has_h, prefixes)
+        new_ends = list(ends)
+        refills = self._refill(act, merged, tail, prefixes, new_ends, suffix)
+        if refills:
+            merged = KeyedRows.concat([merged, *refills])
+            old = np.concatenate([old, np.zeros(len(merged) - len(old), np.int64)])
+            order = np.argsort(merged.part, kind="stable")
+            merged, old = merged.take(order), old[order]
+        out, start = self._output(merged, old)
+        self._cut_and_cache(act, merged, start, prefixes, ends, new_ends)
+        return out
+
+    def _stage_merged(self, merged: KeyedRows, has_c, has_h, prefixes) -> None:
+        """Writes of the changed head rows: each row's one entry rewritten with its new count."""
+        changed = np.flatnonzero(has_c)
+        if not len(changed):
+            return
+        rows = merged.take(changed)
+        keys = _entry_keys(rows, prefixes)
+        live = rows.counts != 0
+        self.table.delete_many([keys[i] for i in np.flatnonzero(~live & has_h[changed]).tolist()])
+        put = np.flatnonzero(live)
+        values = pack_rows(self.codec, rows.rows.take(put)).to_pylist()
+        self.table.put_many([keys[i] for i in put.tolist()], values)
+
+    def _refill(self, act, merged, tail, prefixes, ends, suffix) -> list[KeyedRows]:
+        """Heads left below offset+limit live positions read on into their tails."""
+        live = sel.live_totals(merged.part, merged.counts, len(prefixes))
+        out = []
+        for j in act.tolist():
+            if ends[j] is None or live[j] >= self.hi:
+                continue
+            items, idx = tail.of(j)
+            scan = self.tails.scan(
+                prefixes[j], ends[j] + _AFTER_ROW, suffix, items,
+                live_target=self.hi + self.slack, live_before=int(live[j]),
+            )  # fmt: skip
+            tail.consume(idx, scan.consumed)
+            ends[j] = None if scan.ended else scan.last
+            if scan.rows:
+                out.append(self._scanned(j, scan))
+        return out
+
+    def _output(self, merged: KeyedRows, old: np.ndarray) -> tuple[DiffBatch, np.ndarray]:
+        """The change of the merged partitions' selections, and each row's new live start."""
+        lo, hi = self.offset, self.hi
+        new = merged.counts
+        old_start = sel.live_starts(merged.part, old)
+        new_start = sel.live_starts(merged.part, new)
+        was, now = sel.selected(old_start, old, lo, hi), sel.selected(new_start, new, lo, hi)
+        if not self.emit_rank:
+            diff = now - was
+            idx = np.flatnonzero(diff)
+            return self._rows(merged.rows, idx, diff[idx], None), new_start
+        ro, rank_o = sel.ranked(old_start, was, lo)
+        rn, rank_n = sel.ranked(new_start, now, lo)
+        code = np.concatenate([ro * (hi + 1) + rank_o, rn * (hi + 1) + rank_n])
+        sign = np.concatenate([np.full(len(ro), -1, np.int64), np.ones(len(rn), np.int64)])
+        uniq, inv = np.unique(code, return_inverse=True)
+        total = np.zeros(len(uniq), np.int64)
+        np.add.at(total, inv.reshape(-1), sign)
+        k = np.flatnonzero(total)
+        out = self._rows(merged.rows, uniq[k] // (hi + 1), total[k], uniq[k] % (hi + 1))
+        return out, new_start
+
+    def _rows(self, rows: Rows, idx, weights, ranks) -> DiffBatch:
+        if not len(idx):
+            return DiffBatch()
+        cols, nans = self.codec.arrays(rows.take(idx))
+        if ranks is not None:
+            cols.append(pa.array(ranks, pa.int64()))
+        if nans:
+            return DiffBatch(python_rows(cols, nans), np.asarray(weights).tolist())
+        return DiffBatch.from_columns(cols, np.asarray(weights, np.int64))
+
+    def _cut_and_cache(self, act, merged, start, prefixes, ends, new_ends) -> None:
+        """Cut heads past offset+limit+2*slack back to offset+limit+slack live positions, stage
+        the head ends that changed, and cache the new heads."""
+        new = merged.counts
+        live = sel.live_totals(merged.part, new, len(prefixes))
+        long_ = np.zeros(len(prefixes), bool)
+        long_[act] = live[act] > self.hi + 2 * self.slack
+        keep = (new != 0) & (~long_[merged.part] | (start < self.hi + self.slack))
+        heads = merged.take(np.flatnonzero(keep))
+        if long_.any():
+            last = np.flatnonzero(np.append(heads.part[1:] != heads.part[:-1], True))
+            cut = last[long_[heads.part[last]]]
+            cut_rk = heads.rk.take(pa.array(cut)).to_pylist()
+            for j, rk in zip(heads.part[cut].tolist(), cut_rk, strict=True):
+                new_ends[j] = rk
+        for j in act.tolist():
+            if new_ends[j] != ends[j]:
+                if new_ends[j] is None:
+                    self.heads.delete(prefixes[j])
+                else:
+                    self.heads.put(prefixes[j], encode_meta(new_ends[j]))
+        index = np.zeros(len(prefixes), np.int64)
+        index[act] = np.arange(len(act))
+        heads.part = index[heads.part]
+        packed = pack_heads(self.codec, heads, len(act))
+        rows_in = np.bincount(heads.part, minlength=len(act)).tolist()
+        self.cache.put_many(
+            [prefixes[j] for j in act.tolist()], [new_ends[j] for j in act.tolist()], packed,
+            rows_in,
+        )  # fmt: skip
+
+    def _compact_tails(self, prefixes, tail, suffix: bytes, time: int) -> None:
+        """Compact a window of each tail that got blind deletes, by chance (module docstring)."""
+        parts, starts, negs = tail.deletes()
+        if not parts:
+            return
+        data, offsets = _bytes_of([prefixes[j] for j in parts])
+        h = K.mix64(K.string_hashes(data, offsets) ^ np.uint64(time % (1 << 64)))
+        chance = np.minimum(1.0, 4.0 * negs / self.window)
+        hit = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < chance
+        for j, start, chosen in zip(parts, starts, hit.tolist(), strict=True):
+            if not chosen:
+                continue
+            items, idx = tail.of(j, start)
+            scan = self.tails.scan(prefixes[j], start, suffix, items, max_entries=self.window)
+            tail.consume(idx, scan.consumed)
+
+
+def _breaks(values: pa.Array) -> np.ndarray:
+    """Where a sorted binary array's value differs from the one before (True at 0)."""
+    n = len(values)
+    out = np.ones(n, bool)
+    if n > 1:
+        out[1:] = ~np.asarray(pc.equal(values.slice(1), values.slice(0, n - 1)), bool)
+    return out
+
+
+def _no_rows(codec: RowCodec) -> KeyedRows:
+    return KeyedRows(
+        np.zeros(0, np.int64), pa.array([], pa.large_binary()), np.zeros(0, np.uint64),
+        codec.empty(),
+    )  # fmt: skip
+
+
+def _entry_keys(rows: KeyedRows, prefixes: list[bytes]) -> list[bytes]:
+    """``P | rk | seq`` of each row."""
+    p = pa.array(prefixes, pa.large_binary()).take(pa.array(rows.part))
+    seq = K.fixed_width_bytes(rows.seq.astype(">u8").view(np.uint8).reshape(-1, 8))
+    return pc.binary_join_element_wise(
+        p, rows.rk, seq.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary())
+    ).to_pylist()
+
+
+def _bytes_of(values: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(data, n+1 offsets) of byte strings, for ``kernels.string_hashes``."""
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+    return np.frombuffer(b"".join(values), np.uint8), offsets
