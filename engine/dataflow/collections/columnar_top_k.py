@@ -58,8 +58,19 @@ from engine.dataflow.columnar.partition_heads import (
     pack_heads,
     unpack_heads,
 )
-from engine.dataflow.columnar.partition_tails import PartitionTails, Scan, TailChanges
-from engine.dataflow.columnar.row_block import RowCodec, Rows, column_kind, pack_rows, unpack_rows
+from engine.dataflow.columnar.partition_tails import (
+    PartitionTails,
+    Scan,
+    TailChanges,
+    compact_windows,
+)
+from engine.dataflow.columnar.row_block import (
+    RowCodec,
+    Rows,
+    column_kind,
+    pack_row_values,
+    unpack_rows,
+)
 from engine.dataflow.columnar.sort_keys import identity_bytes, partition_bytes, sortable_bytes
 from engine.dataflow.state.sorted_partitions import order_description, order_spec
 from engine.dataflow.state.store import StateStore
@@ -95,7 +106,7 @@ class ColumnarTopKCollection(StatefulCollection):
     """Positions offset .. offset+limit-1 of each partition (see the module docstring)."""
 
     #: entries a compaction window reads
-    window = 64
+    window = 256
 
     def __init__(
         self,
@@ -122,10 +133,11 @@ class ColumnarTopKCollection(StatefulCollection):
         )
         self.limit, self.offset, self.emit_rank = limit, offset, emit_rank
         self.hi = offset + limit
-        self.slack = max(limit, 8) if slack is None else slack
+        self.slack = max(4, limit // 2) if slack is None else slack
         self.cache_bytes = cache_bytes
-        #: partitions whose changes all lay past the head this time (observability, tests)
-        self.skipped = 0
+        #: partitions whose changes all lay past their heads, tail windows compacted, heads
+        #: refilled from their tails (observability, tests)
+        self.skipped = self.windows = self.refills = 0
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
@@ -169,10 +181,7 @@ class ColumnarTopKCollection(StatefulCollection):
         pi = np.flatnonzero(past)
         blind = changes.take(pi)
         tail = TailChanges(
-            blind.part,
-            blind.rk.to_pylist(),
-            blind.counts.copy(),
-            pack_rows(self.codec, blind.rows).to_pylist(),
+            blind.part, blind.rk, blind.counts.copy(), pack_row_values(self.codec, blind.rows)
         )
         out = DiffBatch()
         act = np.flatnonzero(active)
@@ -197,24 +206,32 @@ class ColumnarTopKCollection(StatefulCollection):
         def pick(idx):
             return [cols[i] for i in idx], [nans[i] for i in idx]
 
-        prefix = partition_bytes(*pick(self.partition_key), n)
+        prefix = pc.dictionary_encode(partition_bytes(*pick(self.partition_key), n))
+        code = np.asarray(prefix.indices, np.int64)
         sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
         rk = pc.binary_join_element_wise(sortable, identity_bytes(cols, nans), b"")
-        key = pc.binary_join_element_wise(prefix, rk, b"")
-        order = np.asarray(pc.sort_indices(key), np.int64)  # stable: first occurrences first
-        starts = np.flatnonzero(_breaks(key.take(pa.array(order))))
+        order = np.asarray(
+            pc.sort_indices(
+                pa.table({"p": code, "k": rk}), [("p", "ascending"), ("k", "ascending")]
+            ),
+            np.int64,
+        )  # stable: a row's first occurrence comes first
+        new_part = np.ones(n, bool)
+        new_part[1:] = code[order[1:]] != code[order[:-1]]
+        starts = np.flatnonzero(_breaks(rk.take(pa.array(order))) | new_part)
         w = np.add.reduceat(np.asarray(delta.column_weights, np.int64)[order], starts)
         keep = order[starts[w != 0]]
         w = w[w != 0]
-        take = pa.array(keep, pa.int64())
-        ps = prefix.take(take)
-        new_part = _breaks(ps)
+        kept_code = code[keep]
+        new_part = np.ones(len(keep), bool)
+        new_part[1:] = kept_code[1:] != kept_code[:-1]
         part = np.cumsum(new_part) - 1
+        take = pa.array(keep, pa.int64())
         rows = self.codec.encode(
-            [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w
+            [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
         )
         seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
-        prefixes = ps.filter(pa.array(new_part)).to_pylist()
+        prefixes = prefix.dictionary.take(pa.array(kept_code[new_part])).to_pylist()
         return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
 
     def _lookup(self, prefixes: list[bytes]):
@@ -286,14 +303,14 @@ class ColumnarTopKCollection(StatefulCollection):
         merged.rows.rec["w"] = new
         self._stage_merged(merged, has_c, has_h, prefixes)
         new_ends = list(ends)
-        refills = self._refill(act, merged, tail, prefixes, new_ends, suffix)
+        refills, moved = self._refill(act, merged, tail, prefixes, new_ends, suffix)
         if refills:
             merged = KeyedRows.concat([merged, *refills])
             old = np.concatenate([old, np.zeros(len(merged) - len(old), np.int64)])
             order = np.argsort(merged.part, kind="stable")
             merged, old = merged.take(order), old[order]
         out, start = self._output(merged, old)
-        self._cut_and_cache(act, merged, start, prefixes, ends, new_ends)
+        self._cut_and_cache(act, merged, start, prefixes, ends, new_ends, moved)
         return out
 
     def _stage_merged(self, merged: KeyedRows, has_c, has_h, prefixes) -> None:
@@ -306,26 +323,31 @@ class ColumnarTopKCollection(StatefulCollection):
         live = rows.counts != 0
         self.table.delete_many([keys[i] for i in np.flatnonzero(~live & has_h[changed]).tolist()])
         put = np.flatnonzero(live)
-        values = pack_rows(self.codec, rows.rows.take(put)).to_pylist()
+        values = pack_row_values(self.codec, rows.rows.take(put))
         self.table.put_many([keys[i] for i in put.tolist()], values)
 
-    def _refill(self, act, merged, tail, prefixes, ends, suffix) -> list[KeyedRows]:
-        """Heads left below offset+limit live positions read on into their tails."""
+    def _refill(self, act, merged, tail, prefixes, ends, suffix):
+        """Heads left below offset+limit live positions read on into their tails; returns the
+        rows read and the partitions whose head end moved."""
         live = sel.live_totals(merged.part, merged.counts, len(prefixes))
-        out = []
-        for j in act.tolist():
-            if ends[j] is None or live[j] >= self.hi:
+        out: list[KeyedRows] = []
+        short = act[live[act] < self.hi].tolist()
+        moved = []
+        for j in short:
+            if ends[j] is None:
                 continue
+            moved.append(j)
             items, idx = tail.of(j)
             scan = self.tails.scan(
                 prefixes[j], ends[j] + _AFTER_ROW, suffix, items,
                 live_target=self.hi + self.slack, live_before=int(live[j]),
             )  # fmt: skip
             tail.consume(idx, scan.consumed)
+            self.refills += 1
             ends[j] = None if scan.ended else scan.last
             if scan.rows:
                 out.append(self._scanned(j, scan))
-        return out
+        return out, moved
 
     def _output(self, merged: KeyedRows, old: np.ndarray) -> tuple[DiffBatch, np.ndarray]:
         """The change of the merged partitions' selections, and each row's new live start."""
@@ -343,8 +365,7 @@ class ColumnarTopKCollection(StatefulCollection):
         code = np.concatenate([ro * (hi + 1) + rank_o, rn * (hi + 1) + rank_n])
         sign = np.concatenate([np.full(len(ro), -1, np.int64), np.ones(len(rn), np.int64)])
         uniq, inv = np.unique(code, return_inverse=True)
-        total = np.zeros(len(uniq), np.int64)
-        np.add.at(total, inv.reshape(-1), sign)
+        total = np.bincount(inv.reshape(-1), weights=sign, minlength=len(uniq)).astype(np.int64)
         k = np.flatnonzero(total)
         out = self._rows(merged.rows, uniq[k] // (hi + 1), total[k], uniq[k] % (hi + 1))
         return out, new_start
@@ -359,22 +380,23 @@ class ColumnarTopKCollection(StatefulCollection):
             return DiffBatch(python_rows(cols, nans), np.asarray(weights).tolist())
         return DiffBatch.from_columns(cols, np.asarray(weights, np.int64))
 
-    def _cut_and_cache(self, act, merged, start, prefixes, ends, new_ends) -> None:
+    def _cut_and_cache(self, act, merged, start, prefixes, ends, new_ends, moved) -> None:
         """Cut heads past offset+limit+2*slack back to offset+limit+slack live positions, stage
-        the head ends that changed, and cache the new heads."""
+        the head ends that moved, and cache the new heads."""
         new = merged.counts
         live = sel.live_totals(merged.part, new, len(prefixes))
-        long_ = np.zeros(len(prefixes), bool)
-        long_[act] = live[act] > self.hi + 2 * self.slack
-        keep = (new != 0) & (~long_[merged.part] | (start < self.hi + self.slack))
-        heads = merged.take(np.flatnonzero(keep))
+        long_ = live > self.hi + 2 * self.slack  # only active partitions have rows here
+        keep = new != 0
         if long_.any():
+            keep &= ~long_[merged.part] | (start < self.hi + self.slack)
+        heads = merged.take(np.flatnonzero(keep)) if not keep.all() else merged
+        cut = np.flatnonzero(long_).tolist()
+        if cut:
             last = np.flatnonzero(np.append(heads.part[1:] != heads.part[:-1], True))
-            cut = last[long_[heads.part[last]]]
-            cut_rk = heads.rk.take(pa.array(cut)).to_pylist()
-            for j, rk in zip(heads.part[cut].tolist(), cut_rk, strict=True):
+            at = last[long_[heads.part[last]]]
+            for j, rk in zip(cut, heads.rk.take(pa.array(at)).to_pylist(), strict=True):
                 new_ends[j] = rk
-        for j in act.tolist():
+        for j in set(moved + cut):
             if new_ends[j] != ends[j]:
                 if new_ends[j] is None:
                     self.heads.delete(prefixes[j])
@@ -385,10 +407,10 @@ class ColumnarTopKCollection(StatefulCollection):
         heads.part = index[heads.part]
         packed = pack_heads(self.codec, heads, len(act))
         rows_in = np.bincount(heads.part, minlength=len(act)).tolist()
+        acts = act.tolist()
         self.cache.put_many(
-            [prefixes[j] for j in act.tolist()], [new_ends[j] for j in act.tolist()], packed,
-            rows_in,
-        )  # fmt: skip
+            [prefixes[j] for j in acts], [new_ends[j] for j in acts], packed, rows_in
+        )
 
     def _compact_tails(self, prefixes, tail, suffix: bytes, time: int) -> None:
         """Compact a window of each tail that got blind deletes, by chance (module docstring)."""
@@ -399,12 +421,16 @@ class ColumnarTopKCollection(StatefulCollection):
         h = K.mix64(K.string_hashes(data, offsets) ^ np.uint64(time % (1 << 64)))
         chance = np.minimum(1.0, 4.0 * negs / self.window)
         hit = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < chance
+        windows, owners = [], []
         for j, start, chosen in zip(parts, starts, hit.tolist(), strict=True):
-            if not chosen:
-                continue
-            items, idx = tail.of(j, start)
-            scan = self.tails.scan(prefixes[j], start, suffix, items, max_entries=self.window)
-            tail.consume(idx, scan.consumed)
+            if chosen:
+                items, idx = tail.of(j, start)
+                windows.append((prefixes[j], start, items))
+                owners.append(idx)
+        self.windows += len(windows)
+        merged = compact_windows(self.table, windows, suffix, self.window)
+        for idx, took in zip(owners, merged, strict=True):
+            tail.consume(idx, took)
 
 
 def _breaks(values: pa.Array) -> np.ndarray:

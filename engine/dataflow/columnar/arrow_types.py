@@ -12,6 +12,7 @@ Decimals at the column's scale). This module must not know about plans or state.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -87,7 +88,7 @@ def arrow_type(t: SqlType, scale: int | None = None) -> pa.DataType | None:
     return _FIXED.get(t.kind)
 
 
-def to_arrow_column(values: list[Any], typ: pa.DataType) -> pa.Array:
+def to_arrow_column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
     """The Python values of one column as an Arrow array of ``typ`` (exact, or raises)."""
     try:
         if pa.types.is_decimal(typ):

@@ -11,6 +11,7 @@ know about state or keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -28,12 +29,12 @@ def codec_columns(
     if cols is not None and all(fits(c.type, t) for c, t in zip(cols, types, strict=True)):
         return list(cols), [None] * len(types)
     rows = batch.rows
-    values = list(zip(*rows, strict=True)) if rows else [() for _ in types]
+    values = [list(map(itemgetter(i), rows)) for i in range(len(types))]  # faster than zip(*rows)
     out: list[pa.Array] = []
     nans: list[np.ndarray | None] = []
     for vals, t in zip(values, types, strict=True):
         try:
-            out.append(to_arrow_column(list(vals), t))
+            out.append(to_arrow_column(vals, t))
             nans.append(None)
             continue
         except ColumnConversionError:

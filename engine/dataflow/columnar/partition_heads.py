@@ -23,7 +23,7 @@ This module must not know which rows are selected.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import islice
+from itertools import islice, repeat
 
 import numpy as np
 import pyarrow as pa
@@ -146,6 +146,7 @@ class HeadCache:
         self.store = store
         self.cache_bytes = cache_bytes
         self._entries: dict[bytes, tuple[bytes | None, bytes | None, int]] = {}
+        self._sizes: dict[bytes, int] = {}
         self._bytes = 0
         self._rollbacks = store.rollbacks
 
@@ -164,14 +165,19 @@ class HeadCache:
         heads: list[bytes | None],
         counts: list[int],
     ) -> None:
-        entries = self._entries
-        for p, e, h, n in zip(prefixes, ends, heads, counts, strict=True):
-            old = entries.pop(p, None)  # re-inserted last: FIFO by last write
-            if old is not None:
-                self._bytes -= _size(p, old)
-            value = (e, h, n)
-            entries[p] = value
-            self._bytes += _size(p, value)
+        """Remember these partitions (re-inserted last: FIFO by last write)."""
+        if not prefixes:
+            return
+        sizes = [
+            _ENTRY_OVERHEAD + len(p) + (len(e) if e else 0) + (len(h) if h else 0)
+            for p, e, h in zip(prefixes, ends, heads, strict=True)
+        ]
+        self._bytes -= sum(map(self._sizes.pop, prefixes, repeat(0)))
+        self._bytes += sum(sizes)
+        for p in prefixes:
+            self._entries.pop(p, None)
+        self._entries.update(zip(prefixes, zip(ends, heads, counts, strict=True), strict=True))
+        self._sizes.update(zip(prefixes, sizes, strict=True))
         self._evict()
 
     def _evict(self) -> None:
@@ -181,21 +187,18 @@ class HeadCache:
         victims = []
         for p in islice(iter(self._entries), len(self._entries)):
             victims.append(p)
-            excess -= _size(p, self._entries[p])
+            excess -= self._sizes[p]
             if excess <= 0:
                 break
         for p in victims:
-            self._bytes -= _size(p, self._entries.pop(p))
+            del self._entries[p]
+            self._bytes -= self._sizes.pop(p)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._sizes.clear()
         self._bytes = 0
 
     @property
     def cached_partitions(self) -> int:
         return len(self._entries)
-
-
-def _size(prefix: bytes, value: tuple[bytes | None, bytes | None, int]) -> int:
-    end, head, _ = value
-    return _ENTRY_OVERHEAD + len(prefix) + (len(end) if end else 0) + (len(head) if head else 0)

@@ -19,12 +19,16 @@ live positions to ``live_target`` (refilling a head), or after ``max_entries`` e
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from engine.dataflow.state.store import StateTable
+from engine.dataflow.state.store import StateTable, prefix_successor
 
 
 @dataclass
@@ -150,13 +154,15 @@ class TailChanges:
     """The time's changes that lie past their partition's head, ordered by (partition, rk): the
     scans merge some of them (``of``/``consume``), the rest is written blind (``stage_blind``).
 
-    Per change: its partition (sorted), rk, weight and value (``row_block.pack_rows``)."""
+    Per change: its partition (sorted), rk (a binary Arrow array), weight and value
+    (``row_block.pack_rows``)."""
 
     def __init__(
-        self, part: np.ndarray, rk: list[bytes], weights: np.ndarray, values: list[bytes]
+        self, part: np.ndarray, rk: pa.Array, weights: np.ndarray, values: list[bytes]
     ) -> None:
         self.part = part
-        self.rk = rk
+        self.rk_array = rk
+        self.rk: list[bytes] = rk.to_pylist()
         self.weights = weights
         self.values = values
         self.done = np.zeros(len(part), dtype=bool)
@@ -187,6 +193,140 @@ class TailChanges:
 
     def stage_blind(self, table: StateTable, prefixes: list[bytes], suffix: bytes) -> None:
         """Put every change no scan merged under ``P | rk | suffix`` (its weight, no read)."""
-        left = np.flatnonzero(~self.done).tolist()
-        keys = [prefixes[self.part[i]] + self.rk[i] + suffix for i in left]
-        table.put_many(keys, [self.values[i] for i in left])
+        left = np.flatnonzero(~self.done)
+        if not len(left):
+            return
+        sel = pa.array(left)
+        keys = pc.binary_join_element_wise(
+            pa.array(prefixes, pa.large_binary()).take(pa.array(self.part[left])),
+            self.rk_array.take(sel),
+            pa.scalar(suffix, pa.large_binary()),
+            pa.scalar(b"", pa.large_binary()),
+        )
+        values = self.values
+        table.put_many(keys.to_pylist(), [values[i] for i in left.tolist()])
+
+
+def compact_windows(
+    table: StateTable,
+    windows: Sequence[tuple[bytes, bytes, Sequence[tuple[bytes, int, bytes]]]],
+    suffix: bytes,
+    max_entries: int,
+) -> list[list[int]]:
+    """Compact a window of several partitions' entries at once; returns, per window, which of
+    its changes it merged (and so wrote).
+
+    ``windows``: (prefix, start rk, the partition's changes with rk >= start, in rk order). Each
+    window reads ``max_entries`` entries from ``prefix + start`` (rocksdict's own iteration, no
+    Python per entry), completed to a row boundary; rows are grouped, summed and rewritten in
+    arrays as ``PartitionTails.scan`` does, only the rewritten rows get Python."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    sizes = []
+    covered: list[bytes | None] = []  # the last rk a window covers (None: the partition's end)
+    for prefix, start, _ in windows:
+        got, last = _window(table, prefix, start, max_entries)
+        if got:
+            ks, vs = zip(*got, strict=True)
+            keys += ks
+            values += vs
+        sizes.append(len(got))
+        covered.append(last)
+    n = len(keys)
+    merged: list[list[int]] = [[] for _ in windows]
+    if not n:
+        for i, (prefix, _, changes) in enumerate(windows):
+            merged[i] = _new_rows(table, prefix, changes, covered[i], suffix)
+        return merged
+    row_keys = pc.binary_slice(pa.array(keys, pa.binary()), 0, -8)  # P | rk
+    window = np.repeat(np.arange(len(windows)), sizes)
+    first = np.ones(n, dtype=bool)  # the first entry of a row
+    if n > 1:
+        same = np.asarray(pc.equal(row_keys.slice(1), row_keys.slice(0, n - 1)))
+        first[1:] = ~same | (window[1:] != window[:-1])
+    gs = np.flatnonzero(first)
+    w = np.frombuffer(pc.binary_slice(pa.array(values, pa.binary()), 0, 8).buffers()[2], "<i8")
+    count = np.add.reduceat(w, gs)
+    group = np.cumsum(first) - 1
+    before = np.cumsum(w) - w
+    zero = (before - before[gs][group]) == 0  # the count was zero before this entry
+    rep = np.maximum.reduceat(np.where(zero, np.arange(n), -1), gs)
+    group_start = np.searchsorted(window[gs], np.arange(len(windows) + 1))
+    change_w = np.zeros(len(gs), np.int64)
+    change_rep: dict[int, bytes] = {}
+    for i, (prefix, _, changes) in enumerate(windows):
+        g0, g1 = int(group_start[i]), int(group_start[i + 1])
+        rows = row_keys.take(pa.array(gs[g0:g1])).to_pylist()
+        took = merged[i]
+        for c, (rk, cw, value) in enumerate(changes):
+            if covered[i] is not None and rk > covered[i]:
+                break
+            took.append(c)
+            key = prefix + rk
+            g = bisect_left(rows, key)
+            if g < len(rows) and rows[g] == key:
+                if count[g0 + g] == 0:
+                    change_rep[g0 + g] = value
+                change_w[g0 + g] += cw
+            else:  # a row without entries in the window: its first entry
+                table.put(key + suffix, value)
+    sizes_g = np.diff(np.append(gs, n))
+    need = (sizes_g > 1) | (change_w != 0)
+    new = count + change_w
+    drop = need[group] & (~first | (new[group] == 0))
+    table.delete_many([keys[i] for i in np.flatnonzero(drop).tolist()])
+    put = np.flatnonzero(need & (new != 0)).tolist()
+    table.put_many(
+        [keys[gs[g]] for g in put],
+        [
+            int(new[g]).to_bytes(8, "little", signed=True) + change_rep.get(g, values[rep[g]])[8:]
+            for g in put
+        ],
+    )
+    return merged
+
+
+def _new_rows(table, prefix, changes, covered, suffix) -> list[int]:
+    """A window without entries: its changes up to ``covered`` are new rows."""
+    took = []
+    for c, (rk, _, value) in enumerate(changes):
+        if covered is not None and rk > covered:
+            break
+        took.append(c)
+        table.put(prefix + rk + suffix, value)
+    return took
+
+
+def _window(table: StateTable, prefix: bytes, start: bytes, max_entries: int):
+    """Up to ``max_entries`` entries of one partition from ``start`` on, completed to a row
+    boundary, and the last rk they cover (None: they reach the partition's end)."""
+    it = table.items_after(prefix + start)
+    got = list(islice(it, max_entries))
+    ended = len(got) < max_entries
+    if got and not got[-1][0].startswith(prefix):
+        succ = prefix_successor(prefix)
+        got = got[: bisect_left(got, succ, key=_key)] if succ is not None else got
+        ended = True
+    if ended or not got:
+        return got, None
+    lp = len(prefix)
+    last = got[-1][0][lp:-8]
+    for k, v in it:
+        if not k.startswith(prefix) or k[lp:-8] != last:
+            return got, last
+        got.append((k, v))
+    return got, None
+
+
+def _key(item: tuple[bytes, bytes]) -> bytes:
+    return item[0]
+
+
+def _weights(values: list[bytes]) -> np.ndarray:
+    """The int64 weight at the start of each value."""
+    if not values:
+        return np.zeros(0, np.int64)
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    at = np.cumsum(lengths) - lengths
+    raw = np.frombuffer(b"".join(values), np.uint8)
+    return raw[at[:, None] + np.arange(8)].copy().view("<i8").ravel()

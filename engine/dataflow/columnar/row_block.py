@@ -107,10 +107,15 @@ class RowCodec:
 
     # -- Arrow -> records ---------------------------------------------------------------------------
     def encode(
-        self, columns: Sequence[pa.Array], nans: Sequence[np.ndarray | None], weights: np.ndarray
+        self,
+        columns: Sequence[pa.Array],
+        nans: Sequence[np.ndarray | None],
+        weights: np.ndarray,
+        hashes: bool = True,
     ) -> Rows:
         """Records of the rows of ``columns`` (of ``self.types``; ``nans[i]``: numeric NaN rows of
-        column i, which hold NULL in the Arrow column) with ``weights``, and their hashes."""
+        column i, which hold NULL in the Arrow column) with ``weights``, and their hashes (zero
+        with ``hashes=False``, for callers that identify rows otherwise)."""
         n = len(weights)
         rec = np.zeros(n, self.dtype)
         rec["w"] = weights
@@ -131,14 +136,20 @@ class RowCodec:
                 offsets = large_offsets(text)
                 rec[f"c{i}"] = np.diff(offsets)
                 data = text.buffers()[2]
-                raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-                bits = K.string_hashes(raw, offsets)
                 strs.append(text)
+                if hashes:
+                    raw = (
+                        np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+                    )
+                    bits = K.string_hashes(raw, offsets)
             else:
                 values, bits = _fixed(col, kind)
                 rec[f"c{i}"] = values
-            bits = np.where(flag == 1, bits, np.uint64(0)) ^ (flag.astype(np.uint64) * _FLAG_SALT)
-            h = K.combine_hashes(h, bits)
+            if hashes:
+                bits = np.where(flag == 1, bits, np.uint64(0)) ^ (
+                    flag.astype(np.uint64) * _FLAG_SALT
+                )
+                h = K.combine_hashes(h, bits)
         rec["h"] = h
         return Rows(rec, strs)
 
@@ -343,6 +354,13 @@ def pack_rows(codec: RowCodec, rows: Rows) -> pa.Array:
         binary_over(row_text, text),
         pa.scalar(b"", pa.large_binary()),
     )
+
+
+def pack_row_values(codec: RowCodec, rows: Rows) -> list[bytes]:
+    """``pack_rows`` as a list of bytes (rows without text: straight from the records)."""
+    if not codec.text:
+        return rows.rec.view(f"V{codec.dtype.itemsize}").tolist() if len(rows) else []
+    return pack_rows(codec, rows).to_pylist()
 
 
 def unpack_rows(codec: RowCodec, values: Sequence[bytes]) -> Rows:

@@ -55,6 +55,5 @@ def ranked(starts: np.ndarray, chosen: np.ndarray, lo: int) -> tuple[np.ndarray,
 
 def live_totals(part: np.ndarray, counts: np.ndarray, nparts: int) -> np.ndarray:
     """Live positions per partition."""
-    out = np.zeros(nparts, dtype=np.int64)
-    np.add.at(out, part, np.maximum(counts, 0))
-    return out
+    live = np.maximum(counts, 0).astype(np.float64)  # exact below 2**53 positions
+    return np.bincount(part, weights=live, minlength=nparts).astype(np.int64)

@@ -288,6 +288,11 @@ class StateTable:
                 return
             yield kv
 
+    def items_after(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs from ``start`` to the end of the table, in key order, straight from
+        rocksdict (no Python per entry: ``itertools.islice`` it); the caller stops."""
+        return self._cf.items(from_key=start)
+
     def scan_all(self) -> Iterator[tuple[bytes, bytes]]:
         it = self._cf.iter()
         it.seek_to_first()
