@@ -135,9 +135,9 @@ class ColumnarTopKCollection(StatefulCollection):
         self.hi = offset + limit
         self.slack = max(4, limit // 2) if slack is None else slack
         self.cache_bytes = cache_bytes
-        #: partitions whose changes all lay past their heads, tail windows compacted, heads
-        #: refilled from their tails (observability, tests)
-        self.skipped = self.windows = self.refills = 0
+        #: partitions whose changes all lay past their heads, heads refilled from their tails,
+        #: heads cut back, tail windows compacted (observability, tests)
+        self.skipped = self.refills = self.cuts = self.windows = 0
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
@@ -391,6 +391,7 @@ class ColumnarTopKCollection(StatefulCollection):
             keep &= ~long_[merged.part] | (start < self.hi + self.slack)
         heads = merged.take(np.flatnonzero(keep)) if not keep.all() else merged
         cut = np.flatnonzero(long_).tolist()
+        self.cuts += len(cut)
         if cut:
             last = np.flatnonzero(np.append(heads.part[1:] != heads.part[:-1], True))
             at = last[long_[heads.part[last]]]

@@ -220,10 +220,16 @@ PER_PARTITION = [
 ]
 
 
+def _worked(cols):
+    """How often the instances (one per reopen) skipped, refilled, cut and compacted."""
+    return [sum(getattr(c, k) for c in cols) for k in ("skipped", "refills", "cuts", "windows")]
+
+
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("spec", range(len(PER_PARTITION)))
 def test_per_partition_top_k_equals_row_top_k(tmp_path, spec, seed):
-    drive(tmp_path, 100 * spec + seed, **PER_PARTITION[spec])
+    cols = drive(tmp_path, 100 * spec + seed, **PER_PARTITION[spec])
+    assert all(_worked(cols))  # every path of a time ran
 
 
 @pytest.mark.parametrize(("seed", "limit", "offset"), [(0, 5, 2), (1, 40, 0), (2, 1, 0)])
