@@ -126,14 +126,14 @@ class ColumnarTopKCollection(StatefulCollection):
             raise ValueError(f"ColumnarTopKCollection cannot hold {list(column_types)}, {limit=}")
         if offset < 0:
             raise ValueError(f"TopK offset must be >= 0, got {offset}")
-        self.codec = RowCodec(column_types)
+        self.codec = RowCodec(column_types, hashed=False)
         self.partition_key = tuple(partition_key)
         self.order_by, self.descending, self.nulls_first = order_spec(
             "TopK", order_by, descending, nulls_first
         )
         self.limit, self.offset, self.emit_rank = limit, offset, emit_rank
         self.hi = offset + limit
-        self.slack = max(4, limit // 2) if slack is None else slack
+        self.slack = max(2, limit // 4) if slack is None else slack
         self.cache_bytes = cache_bytes
         #: partitions whose changes all lay past their heads, heads refilled from their tails,
         #: heads cut back, tail windows compacted (observability, tests)
@@ -281,7 +281,10 @@ class ColumnarTopKCollection(StatefulCollection):
 
     def _merge(self, act, heads, inside, tail, prefixes, ends, suffix) -> DiffBatch:
         """Merge the active partitions' heads with their in-head changes, refill short heads,
-        stage the writes, cut long heads, update the cache; returns the selections' change."""
+        stage the writes, cut long heads, update the cache; returns the selections' change.
+
+        The merged rows stay indices (``src``) into the heads and changes (``both``) with
+        their partition and old and new counts; rows are taken once, for what needs them."""
         nh = len(heads)
         both = KeyedRows.concat([heads, inside])
         tag = np.concatenate([np.zeros(nh, np.int8), np.ones(len(inside), np.int8)])
@@ -297,39 +300,46 @@ class ColumnarTopKCollection(StatefulCollection):
         last = np.append(lead[1:] - 1, len(o) - 1)
         h_at, c_at = o[lead], o[last]
         has_h, has_c = h_at < nh, c_at >= nh
-        old = np.where(has_h, both.counts[h_at], 0)
-        new = old + np.where(has_c, both.counts[c_at], 0)
-        merged = both.take(np.where(has_h, h_at, c_at))
-        merged.rows.rec["w"] = new
-        self._stage_merged(merged, has_c, has_h, prefixes)
+        counts = both.counts
+        old = np.where(has_h, counts[h_at], 0)
+        new = old + np.where(has_c, counts[c_at], 0)
+        src = np.where(has_h, h_at, c_at)
+        part = ps[lead]
+        self._stage_merged(both, src[has_c], new[has_c], has_h[has_c], prefixes)
         new_ends = list(ends)
-        refills, moved = self._refill(act, merged, tail, prefixes, new_ends, suffix)
+        refills, moved = self._refill(act, part, new, tail, prefixes, new_ends, suffix)
         if refills:
-            merged = KeyedRows.concat([merged, *refills])
-            old = np.concatenate([old, np.zeros(len(merged) - len(old), np.int64)])
-            order = np.argsort(merged.part, kind="stable")
-            merged, old = merged.take(order), old[order]
-        out, start = self._output(merged, old)
-        self._cut_and_cache(act, merged, start, prefixes, ends, new_ends, moved)
+            n0 = len(both)
+            both = KeyedRows.concat([both, *refills])
+            extra = np.arange(n0, len(both))
+            src = np.concatenate([src, extra])
+            part = np.concatenate([part, both.part[extra]])
+            old = np.concatenate([old, np.zeros(len(extra), np.int64)])
+            new = np.concatenate([new, both.counts[extra]])
+            order = np.argsort(part, kind="stable")
+            src, part, old, new = src[order], part[order], old[order], new[order]
+        out, start = self._output(both.rows, src, part, old, new)
+        self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)
         return out
 
-    def _stage_merged(self, merged: KeyedRows, has_c, has_h, prefixes) -> None:
-        """Writes of the changed head rows: each row's one entry rewritten with its new count."""
-        changed = np.flatnonzero(has_c)
-        if not len(changed):
+    def _stage_merged(self, both: KeyedRows, src, new, had, prefixes) -> None:
+        """Writes of the changed head rows: each row's one entry rewritten with its new count
+        (``src``: the rows in ``both``, ``had``: whether the row had an entry)."""
+        if not len(src):
             return
-        rows = merged.take(changed)
+        rows = both.take(src)
         keys = _entry_keys(rows, prefixes)
-        live = rows.counts != 0
-        self.table.delete_many([keys[i] for i in np.flatnonzero(~live & has_h[changed]).tolist()])
+        live = new != 0
+        self.table.delete_many([keys[i] for i in np.flatnonzero(~live & had).tolist()])
         put = np.flatnonzero(live)
-        values = pack_row_values(self.codec, rows.rows.take(put))
-        self.table.put_many([keys[i] for i in put.tolist()], values)
+        records = rows.rows.take(put)
+        records.rec["w"] = new[put]
+        self.table.put_many([keys[i] for i in put.tolist()], pack_row_values(self.codec, records))
 
-    def _refill(self, act, merged, tail, prefixes, ends, suffix):
+    def _refill(self, act, part, new, tail, prefixes, ends, suffix):
         """Heads left below offset+limit live positions read on into their tails; returns the
         rows read and the partitions whose head end moved."""
-        live = sel.live_totals(merged.part, merged.counts, len(prefixes))
+        live = sel.live_totals(part, new, len(prefixes))
         out: list[KeyedRows] = []
         short = act[live[act] < self.hi].tolist()
         moved = []
@@ -349,17 +359,17 @@ class ColumnarTopKCollection(StatefulCollection):
                 out.append(self._scanned(j, scan))
         return out, moved
 
-    def _output(self, merged: KeyedRows, old: np.ndarray) -> tuple[DiffBatch, np.ndarray]:
-        """The change of the merged partitions' selections, and each row's new live start."""
+    def _output(self, rows: Rows, src, part, old, new) -> tuple[DiffBatch, np.ndarray]:
+        """The change of the merged partitions' selections (rows ``rows[src]``, ordered by
+        partition and position, with their old and new counts), and each row's new live start."""
         lo, hi = self.offset, self.hi
-        new = merged.counts
-        old_start = sel.live_starts(merged.part, old)
-        new_start = sel.live_starts(merged.part, new)
+        old_start = sel.live_starts(part, old)
+        new_start = sel.live_starts(part, new)
         was, now = sel.selected(old_start, old, lo, hi), sel.selected(new_start, new, lo, hi)
         if not self.emit_rank:
             diff = now - was
             idx = np.flatnonzero(diff)
-            return self._rows(merged.rows, idx, diff[idx], None), new_start
+            return self._rows(rows, src[idx], diff[idx], None), new_start
         ro, rank_o = sel.ranked(old_start, was, lo)
         rn, rank_n = sel.ranked(new_start, now, lo)
         code = np.concatenate([ro * (hi + 1) + rank_o, rn * (hi + 1) + rank_n])
@@ -367,7 +377,7 @@ class ColumnarTopKCollection(StatefulCollection):
         uniq, inv = np.unique(code, return_inverse=True)
         total = np.bincount(inv.reshape(-1), weights=sign, minlength=len(uniq)).astype(np.int64)
         k = np.flatnonzero(total)
-        out = self._rows(merged.rows, uniq[k] // (hi + 1), total[k], uniq[k] % (hi + 1))
+        out = self._rows(rows, src[uniq[k] // (hi + 1)], total[k], uniq[k] % (hi + 1))
         return out, new_start
 
     def _rows(self, rows: Rows, idx, weights, ranks) -> DiffBatch:
@@ -380,16 +390,19 @@ class ColumnarTopKCollection(StatefulCollection):
             return DiffBatch(python_rows(cols, nans), np.asarray(weights).tolist())
         return DiffBatch.from_columns(cols, np.asarray(weights, np.int64))
 
-    def _cut_and_cache(self, act, merged, start, prefixes, ends, new_ends, moved) -> None:
+    def _cut_and_cache(
+        self, act, both, src, part, new, start, prefixes, ends, new_ends, moved
+    ) -> None:
         """Cut heads past offset+limit+2*slack back to offset+limit+slack live positions, stage
         the head ends that moved, and cache the new heads."""
-        new = merged.counts
-        live = sel.live_totals(merged.part, new, len(prefixes))
+        live = sel.live_totals(part, new, len(prefixes))
         long_ = live > self.hi + 2 * self.slack  # only active partitions have rows here
         keep = new != 0
         if long_.any():
-            keep &= ~long_[merged.part] | (start < self.hi + self.slack)
-        heads = merged.take(np.flatnonzero(keep)) if not keep.all() else merged
+            keep &= ~long_[part] | (start < self.hi + self.slack)
+        kept = np.flatnonzero(keep)
+        heads = both.take(src[kept])
+        heads.rows.rec["w"] = new[kept]
         cut = np.flatnonzero(long_).tolist()
         self.cuts += len(cut)
         if cut:
@@ -415,19 +428,18 @@ class ColumnarTopKCollection(StatefulCollection):
 
     def _compact_tails(self, prefixes, tail, suffix: bytes, time: int) -> None:
         """Compact a window of each tail that got blind deletes, by chance (module docstring)."""
-        parts, starts, negs = tail.deletes()
-        if not parts:
+        parts, first, negs = tail.deletes()
+        if not len(parts):
             return
-        data, offsets = _bytes_of([prefixes[j] for j in parts])
+        data, offsets = _bytes_of([prefixes[j] for j in parts.tolist()])
         h = K.mix64(K.string_hashes(data, offsets) ^ np.uint64(time % (1 << 64)))
         chance = np.minimum(1.0, 4.0 * negs / self.window)
         hit = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < chance
         windows, owners = [], []
-        for j, start, chosen in zip(parts, starts, hit.tolist(), strict=True):
-            if chosen:
-                items, idx = tail.of(j, start)
-                windows.append((prefixes[j], start, items))
-                owners.append(idx)
+        for j, start in zip(parts[hit].tolist(), tail.rks(first[hit]), strict=True):
+            items, idx = tail.of(j, start)
+            windows.append((prefixes[j], start, items))
+            owners.append(idx)
         self.windows += len(windows)
         merged = compact_windows(self.table, windows, suffix, self.window)
         for idx, took in zip(owners, merged, strict=True):

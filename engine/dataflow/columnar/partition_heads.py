@@ -165,19 +165,18 @@ class HeadCache:
         heads: list[bytes | None],
         counts: list[int],
     ) -> None:
-        """Remember these partitions (re-inserted last: FIFO by last write)."""
+        """Remember these partitions (a partition keeps its place in the FIFO order)."""
         if not prefixes:
             return
-        sizes = [
-            _ENTRY_OVERHEAD + len(p) + (len(e) if e else 0) + (len(h) if h else 0)
-            for p, e, h in zip(prefixes, ends, heads, strict=True)
-        ]
-        self._bytes -= sum(map(self._sizes.pop, prefixes, repeat(0)))
-        self._bytes += sum(sizes)
-        for p in prefixes:
-            self._entries.pop(p, None)
+        n = len(prefixes)
+        sizes = np.fromiter(map(_len, ends), np.int64, n) + np.fromiter(
+            map(_len, heads), np.int64, n
+        )
+        sizes += np.fromiter(map(len, prefixes), np.int64, n) + _ENTRY_OVERHEAD
+        self._bytes -= sum(map(self._sizes.get, prefixes, repeat(0)))
+        self._bytes += int(sizes.sum())
         self._entries.update(zip(prefixes, zip(ends, heads, counts, strict=True), strict=True))
-        self._sizes.update(zip(prefixes, sizes, strict=True))
+        self._sizes.update(zip(prefixes, sizes.tolist(), strict=True))
         self._evict()
 
     def _evict(self) -> None:
@@ -202,3 +201,7 @@ class HeadCache:
     @property
     def cached_partitions(self) -> int:
         return len(self._entries)
+
+
+def _len(value: bytes | None) -> int:
+    return len(value) if value is not None else 0

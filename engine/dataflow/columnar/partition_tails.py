@@ -162,7 +162,6 @@ class TailChanges:
     ) -> None:
         self.part = part
         self.rk_array = rk
-        self.rk: list[bytes] = rk.to_pylist()
         self.weights = weights
         self.values = values
         self.done = np.zeros(len(part), dtype=bool)
@@ -174,22 +173,28 @@ class TailChanges:
         """Partition ``j``'s changes not merged yet with rk >= ``start``, as (rk, weight, value),
         and their indices here (for ``consume``)."""
         a, b = self._range(j)
-        idx = [i for i in range(a, b) if not self.done[i] and self.rk[i] >= start]
-        return [(self.rk[i], int(self.weights[i]), self.values[i]) for i in idx], idx
+        rks = self.rk_array.slice(a, b - a).to_pylist()
+        done = self.done[a:b].tolist()
+        weights = self.weights[a:b].tolist()
+        keep = [i for i in range(b - a) if not done[i] and rks[i] >= start]
+        items = [(rks[i], weights[i], self.values[a + i]) for i in keep]
+        return items, [a + i for i in keep]
 
     def consume(self, idx: list[int], consumed: list[int]) -> None:
         """Mark ``idx[c]`` for c in ``consumed`` as merged by a scan (written by it)."""
         for c in consumed:
             self.done[idx[c]] = True
 
-    def deletes(self) -> tuple[list[int], list[bytes], np.ndarray]:
-        """Partitions with negative changes left to write: (partitions, the first such change's
-        rk in each, how many there are)."""
+    def deletes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Partitions with negative changes left to write: (partitions, the index of the first
+        such change of each, how many there are)."""
         neg = np.flatnonzero((self.weights < 0) & ~self.done)
-        if not len(neg):
-            return [], [], np.zeros(0, np.int64)
         parts, first, count = np.unique(self.part[neg], return_index=True, return_counts=True)
-        return parts.tolist(), [self.rk[i] for i in neg[first].tolist()], count
+        return parts, neg[first], count
+
+    def rks(self, idx: np.ndarray) -> list[bytes]:
+        """The rk of the changes ``idx``."""
+        return self.rk_array.take(pa.array(idx, pa.int64())).to_pylist()
 
     def stage_blind(self, table: StateTable, prefixes: list[bytes], suffix: bytes) -> None:
         """Put every change no scan merged under ``P | rk | suffix`` (its weight, no read)."""

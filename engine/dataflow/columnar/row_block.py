@@ -92,12 +92,14 @@ class Rows:
 class RowCodec:
     """The record layout of rows of the Arrow ``types`` (every one must have a ``column_kind``)."""
 
-    def __init__(self, types: Sequence[pa.DataType]) -> None:
+    def __init__(self, types: Sequence[pa.DataType], hashed: bool = True) -> None:
         self.types = list(types)
         self.kinds = [column_kind(t) for t in self.types]
         if None in self.kinds:
             raise ValueError(f"no record codec for {self.types}")
-        fields: list = [("w", "<i8"), ("h", "<u8"), ("f", "u1", (max(1, len(types)),))]
+        self.hashed = hashed  # records without ``h`` for callers that identify rows otherwise
+        fields: list = [("w", "<i8")] + ([("h", "<u8")] if hashed else [])
+        fields += [("f", "u1", (max(1, len(types)),))]
         fields += [(f"c{i}", _FORMATS[k]) for i, k in enumerate(self.kinds)]
         self.dtype = np.dtype(fields)
         self.text = [i for i, k in enumerate(self.kinds) if k == "s"]
@@ -115,10 +117,11 @@ class RowCodec:
     ) -> Rows:
         """Records of the rows of ``columns`` (of ``self.types``; ``nans[i]``: numeric NaN rows of
         column i, which hold NULL in the Arrow column) with ``weights``, and their hashes (zero
-        with ``hashes=False``, for callers that identify rows otherwise)."""
+        with ``hashes=False``; none in a codec made with ``hashed=False``)."""
         n = len(weights)
         rec = np.zeros(n, self.dtype)
         rec["w"] = weights
+        hashes = hashes and self.hashed
         h = np.zeros(n, np.uint64)
         strs: list[pa.Array] = []
         flags = rec["f"]
@@ -150,7 +153,8 @@ class RowCodec:
                     flag.astype(np.uint64) * _FLAG_SALT
                 )
                 h = K.combine_hashes(h, bits)
-        rec["h"] = h
+        if self.hashed:
+            rec["h"] = h
         return Rows(rec, strs)
 
     # -- records -> Arrow ---------------------------------------------------------------------------
