@@ -30,8 +30,9 @@ A time (``process``):
    state as the tail); changed head ends are staged; the new heads go to the cache;
 6. a blind delete leaves two entries that sum to zero: a partition with blind deletes compacts a
    window of ``window`` entries from the first of them with probability ``4 * deletes / window``
-   (decided by a hash of the partition and the time), which keeps a tail's garbage near half its
-   entries at two entries read per blind write.
+   (decided by a hash of the partition and the time; paced down while the windows find little
+   garbage), which holds a tail's garbage near half its entries at about two entries read per
+   blind write once it is there.
 
 Reads see committed state only, writes are staged; the cache may hold the time in progress and
 is emptied by a rollback. It must not keep more than the cache's budget in memory between times.
@@ -59,6 +60,7 @@ from engine.dataflow.columnar.partition_heads import (
     unpack_heads,
 )
 from engine.dataflow.columnar.partition_tails import (
+    AFTER_ROW,
     PartitionTails,
     Scan,
     TailChanges,
@@ -76,7 +78,6 @@ from engine.dataflow.state.sorted_partitions import order_description, order_spe
 from engine.dataflow.state.store import StateStore
 
 _SIGN = 1 << 63
-_AFTER_ROW = b"\xff" * 9  # past every ``seq`` suffix of one rk
 
 
 def supports(
@@ -138,6 +139,10 @@ class ColumnarTopKCollection(StatefulCollection):
         #: partitions whose changes all lay past their heads, heads refilled from their tails,
         #: heads cut back, tail windows compacted (observability, tests)
         self.skipped = self.refills = self.cuts = self.windows = 0
+        #: the share of garbage the recent compaction windows found and the entries a window read
+        #: (moving averages, see ``_compact_tails``)
+        self.garbage = 0.5
+        self.window_reads: float | None = None  # None: ``window``
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
@@ -188,8 +193,10 @@ class ColumnarTopKCollection(StatefulCollection):
         if len(act):
             heads = self._heads(act, prefixes, ends, blobs, counts, suffix)
             inside = changes.take(np.flatnonzero(~past))
-            out = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
-        self._compact_tails(prefixes, tail, suffix, time)
+            out, now_ends = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
+        else:
+            now_ends = ends
+        self._compact_tails(prefixes, now_ends, tail, suffix, time)
         tail.stage_blind(self.table, prefixes, suffix)
         misses = [j for j in np.flatnonzero(~active).tolist() if blobs[j] is None]
         self.cache.put_many(
@@ -279,12 +286,13 @@ class ColumnarTopKCollection(StatefulCollection):
             unpack_rows(self.codec, [r[3] for r in rows]),
         )
 
-    def _merge(self, act, heads, inside, tail, prefixes, ends, suffix) -> DiffBatch:
+    def _merge(self, act, heads, inside, tail, prefixes, ends, suffix):
         """Merge the active partitions' heads with their in-head changes, refill short heads,
         stage the writes, cut long heads, update the cache; returns the selections' change.
 
         The merged rows stay indices (``src``) into the heads and changes (``both``) with
-        their partition and old and new counts; rows are taken once, for what needs them."""
+        their partition and old and new counts; rows are taken once, for what needs them.
+        Returns the output and every partition's head end after the time."""
         nh = len(heads)
         both = KeyedRows.concat([heads, inside])
         tag = np.concatenate([np.zeros(nh, np.int8), np.ones(len(inside), np.int8)])
@@ -320,7 +328,7 @@ class ColumnarTopKCollection(StatefulCollection):
             src, part, old, new = src[order], part[order], old[order], new[order]
         out, start = self._output(both.rows, src, part, old, new)
         self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)
-        return out
+        return out, new_ends
 
     def _stage_merged(self, both: KeyedRows, src, new, had, prefixes) -> None:
         """Writes of the changed head rows: each row's one entry rewritten with its new count
@@ -349,7 +357,7 @@ class ColumnarTopKCollection(StatefulCollection):
             moved.append(j)
             items, idx = tail.of(j)
             scan = self.tails.scan(
-                prefixes[j], ends[j] + _AFTER_ROW, suffix, items,
+                prefixes[j], ends[j] + AFTER_ROW, suffix, items,
                 live_target=self.hi + self.slack, live_before=int(live[j]),
             )  # fmt: skip
             tail.consume(idx, scan.consumed)
@@ -426,22 +434,37 @@ class ColumnarTopKCollection(StatefulCollection):
             [prefixes[j] for j in acts], [new_ends[j] for j in acts], packed, rows_in
         )
 
-    def _compact_tails(self, prefixes, tail, suffix: bytes, time: int) -> None:
-        """Compact a window of each tail that got blind deletes, by chance (module docstring)."""
+    def _compact_tails(self, prefixes, ends, tail, suffix: bytes, time: int) -> None:
+        """Compact a window of each tail that got blind deletes, by chance (module docstring).
+
+        The chance is ``4 * pace * deletes / R`` (R: the entries a window reads, on average:
+        fewer than ``window`` near a partition's end) with ``pace = 2 * G`` (at most 1; G: the
+        share of garbage the windows find, on average): each blind delete leaves two garbage
+        entries and a window removes R * G of them, so the windows remove ``8 * G**2`` per
+        delete below half garbage (it grows) and at least ``4 * G`` above (it shrinks): the
+        garbage settles at half the entries, and a tail with little of it is read seldom."""
         parts, first, negs = tail.deletes()
         if not len(parts):
             return
         data, offsets = _bytes_of([prefixes[j] for j in parts.tolist()])
         h = K.mix64(K.string_hashes(data, offsets) ^ np.uint64(time % (1 << 64)))
-        chance = np.minimum(1.0, 4.0 * negs / self.window)
+        pace = min(1.0, max(0.05, 2 * self.garbage))
+        reads = self.window if self.window_reads is None else self.window_reads
+        chance = np.minimum(1.0, 4.0 * pace * negs / max(1.0, reads))
         hit = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < chance
         windows, owners = [], []
         for j, start in zip(parts[hit].tolist(), tail.rks(first[hit]), strict=True):
-            items, idx = tail.of(j, start)
-            windows.append((prefixes[j], start, items))
+            if ends[j] is None:  # a refill took the whole partition into its head
+                continue
+            items, idx = tail.of(j)
+            windows.append((prefixes[j], ends[j], start, items))
             owners.append(idx)
         self.windows += len(windows)
-        merged = compact_windows(self.table, windows, suffix, self.window)
+        merged, read, garbage = compact_windows(self.table, windows, suffix, self.window)
+        if read:
+            weight = min(1.0, read / 4096)
+            self.garbage += (garbage / read - self.garbage) * weight
+            self.window_reads = reads + (read / len(windows) - reads) * weight
         for idx, took in zip(owners, merged, strict=True):
             tail.consume(idx, took)
 

@@ -28,7 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.dataflow.columnar.row_block import run_starts
 from engine.dataflow.state.store import StateTable, prefix_successor
+
+#: after every ``seq`` suffix of one rk: ``prefix + rk + AFTER_ROW`` seeks past the row
+AFTER_ROW = b"\xff" * 9
 
 
 @dataclass
@@ -214,35 +218,38 @@ class TailChanges:
 
 def compact_windows(
     table: StateTable,
-    windows: Sequence[tuple[bytes, bytes, Sequence[tuple[bytes, int, bytes]]]],
+    windows: Sequence[tuple[bytes, bytes, bytes, Sequence[tuple[bytes, int, bytes]]]],
     suffix: bytes,
     max_entries: int,
-) -> list[list[int]]:
+) -> tuple[list[list[int]], int, int]:
     """Compact a window of several partitions' entries at once; returns, per window, which of
-    its changes it merged (and so wrote).
+    its changes it merged (and so wrote), and how many entries it read and found garbage
+    (entries of rows whose count is zero, and all but one entry of the other rows).
 
-    ``windows``: (prefix, start rk, the partition's changes with rk >= start, in rk order). Each
-    window reads ``max_entries`` entries from ``prefix + start`` (rocksdict's own iteration, no
-    Python per entry), completed to a row boundary; rows are grouped, summed and rewritten in
-    arrays as ``PartitionTails.scan`` does, only the rewritten rows get Python."""
+    ``windows``: (prefix, the head's end rk, start rk, the partition's changes past the head,
+    in rk order). Each window reads ``max_entries`` entries from ``prefix + start`` (rocksdict's
+    own iteration, no Python per entry), completed to a row boundary; one that reaches the
+    partition's end goes on from the tail's first row up to its start (so windows cover a tail
+    evenly, circularly); rows are grouped, summed and rewritten in arrays as
+    ``PartitionTails.scan`` does, only the rewritten rows get Python."""
     keys: list[bytes] = []
     values: list[bytes] = []
     sizes = []
-    covered: list[bytes | None] = []  # the last rk a window covers (None: the partition's end)
-    for prefix, start, _ in windows:
-        got, last = _window(table, prefix, start, max_entries)
+    covered: list[list[tuple[bytes, bytes | None]]] = []  # per window: (from, to) rk ranges
+    for prefix, end, start, _ in windows:
+        got, ranges = _window(table, prefix, end, start, max_entries)
         if got:
             ks, vs = zip(*got, strict=True)
             keys += ks
             values += vs
         sizes.append(len(got))
-        covered.append(last)
+        covered.append(ranges)
     n = len(keys)
     merged: list[list[int]] = [[] for _ in windows]
     if not n:
-        for i, (prefix, _, changes) in enumerate(windows):
+        for i, (prefix, _, _, changes) in enumerate(windows):
             merged[i] = _new_rows(table, prefix, changes, covered[i], suffix)
-        return merged
+        return merged, 0, 0
     row_keys = pc.binary_slice(pa.array(keys, pa.binary()), 0, -8)  # P | rk
     window = np.repeat(np.arange(len(windows)), sizes)
     first = np.ones(n, dtype=bool)  # the first entry of a row
@@ -256,26 +263,27 @@ def compact_windows(
     before = np.cumsum(w) - w
     zero = (before - before[gs][group]) == 0  # the count was zero before this entry
     rep = np.maximum.reduceat(np.where(zero, np.arange(n), -1), gs)
-    group_start = np.searchsorted(window[gs], np.arange(len(windows) + 1))
+    entry_start = run_starts(np.asarray(sizes, np.int64))
     change_w = np.zeros(len(gs), np.int64)
     change_rep: dict[int, bytes] = {}
-    for i, (prefix, _, changes) in enumerate(windows):
-        g0, g1 = int(group_start[i]), int(group_start[i + 1])
-        rows = row_keys.take(pa.array(gs[g0:g1])).to_pylist()
+    for i, (prefix, _, _, changes) in enumerate(windows):
+        e0, e1 = int(entry_start[i]), int(entry_start[i + 1])
         took = merged[i]
         for c, (rk, cw, value) in enumerate(changes):
-            if covered[i] is not None and rk > covered[i]:
-                break
+            if not _covers(covered[i], rk):
+                continue
             took.append(c)
             key = prefix + rk
-            g = bisect_left(rows, key)
-            if g < len(rows) and rows[g] == key:
-                if count[g0 + g] == 0:
-                    change_rep[g0 + g] = value
-                change_w[g0 + g] += cw
+            e = bisect_left(keys, key, e0, e1)  # the row's first entry, if it has one
+            if e < e1 and keys[e][:-8] == key:
+                g = int(group[e])
+                if count[g] == 0:
+                    change_rep[g] = value
+                change_w[g] += cw
             else:  # a row without entries in the window: its first entry
                 table.put(key + suffix, value)
     sizes_g = np.diff(np.append(gs, n))
+    garbage = int(sizes_g[count == 0].sum() + (sizes_g[count != 0] - 1).sum())
     need = (sizes_g > 1) | (change_w != 0)
     new = count + change_w
     drop = need[group] & (~first | (new[group] == 0))
@@ -288,50 +296,62 @@ def compact_windows(
             for g in put
         ],
     )
-    return merged
+    return merged, n, garbage
 
 
 def _new_rows(table, prefix, changes, covered, suffix) -> list[int]:
-    """A window without entries: its changes up to ``covered`` are new rows."""
+    """A window without entries: its changes in the ranges it covers are new rows."""
     took = []
     for c, (rk, _, value) in enumerate(changes):
-        if covered is not None and rk > covered:
-            break
-        took.append(c)
-        table.put(prefix + rk + suffix, value)
+        if _covers(covered, rk):
+            took.append(c)
+            table.put(prefix + rk + suffix, value)
     return took
 
 
-def _window(table: StateTable, prefix: bytes, start: bytes, max_entries: int):
-    """Up to ``max_entries`` entries of one partition from ``start`` on, completed to a row
-    boundary, and the last rk they cover (None: they reach the partition's end)."""
+def _covers(ranges: list[tuple[bytes, bytes | None]], rk: bytes) -> bool:
+    """Whether ``rk`` lies in one of the (first, last) ranges (last None: on to the end)."""
+    return any(first <= rk and (last is None or rk <= last) for first, last in ranges)
+
+
+def _window(table: StateTable, prefix: bytes, end: bytes, start: bytes, max_entries: int):
+    """Up to ``max_entries`` entries of one partition's tail (the rows after ``end``) from
+    ``start`` on, completed to a row boundary, and then from the tail's first row up to
+    ``start`` if the partition ended first; the entries in key order and the rk ranges they
+    cover."""
+    got, last = _run(table, prefix, start, max_entries, None)
+    if last is not None or len(got) >= max_entries:
+        return got, [(start, last)]
+    more, last2 = _run(table, prefix, end + AFTER_ROW, max_entries - len(got), prefix + start)
+    if last2 is _START:
+        return more + got, [(end + AFTER_ROW, None)]  # the whole tail
+    return more + got, [(start, None), (end + AFTER_ROW, last2)]
+
+
+_START = b""  # ``_run`` reached its stop key
+
+
+def _run(table: StateTable, prefix: bytes, start: bytes, max_entries: int, stop: bytes | None):
+    """Up to ``max_entries`` entries from ``prefix + start``, completed to a row boundary, not
+    past the partition's end nor ``stop``; and the last rk they cover (None: they reach the
+    partition's end; ``_START``: they reach ``stop``)."""
     it = table.items_after(prefix + start)
-    got = list(islice(it, max_entries))
+    got = list(islice(it, max_entries)) if max_entries > 0 else []
     ended = len(got) < max_entries
-    if got and not got[-1][0].startswith(prefix):
-        succ = prefix_successor(prefix)
-        got = got[: bisect_left(got, succ, key=_key)] if succ is not None else got
-        ended = True
+    bound = stop if stop is not None else prefix_successor(prefix)
+    if got and bound is not None and got[-1][0] >= bound:
+        got = got[: bisect_left(got, bound, key=_key)]
+        return got, (_START if stop is not None else None)
     if ended or not got:
-        return got, None
+        return got, (_START if stop is not None and ended else None)
     lp = len(prefix)
     last = got[-1][0][lp:-8]
     for k, v in it:
-        if not k.startswith(prefix) or k[lp:-8] != last:
+        if (bound is not None and k >= bound) or k[lp:-8] != last:
             return got, last
         got.append((k, v))
-    return got, None
+    return got, (_START if stop is not None else None)
 
 
 def _key(item: tuple[bytes, bytes]) -> bytes:
     return item[0]
-
-
-def _weights(values: list[bytes]) -> np.ndarray:
-    """The int64 weight at the start of each value."""
-    if not values:
-        return np.zeros(0, np.int64)
-    lengths = np.fromiter(map(len, values), np.int64, len(values))
-    at = np.cumsum(lengths) - lengths
-    raw = np.frombuffer(b"".join(values), np.uint8)
-    return raw[at[:, None] + np.arange(8)].copy().view("<i8").ravel()
