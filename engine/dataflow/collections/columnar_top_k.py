@@ -213,8 +213,9 @@ class ColumnarTopKCollection(StatefulCollection):
         def pick(idx):
             return [cols[i] for i in idx], [nans[i] for i in idx]
 
-        prefix = pc.dictionary_encode(partition_bytes(*pick(self.partition_key), n))
-        code = np.asarray(prefix.indices, np.int64)
+        pcols, pnans = pick(self.partition_key)
+        flags = [pa.array(m) for m in pnans if m is not None]  # numeric NaN apart from NULL
+        code, first_row = K.group_index(pcols + flags, n)
         sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
         rk = pc.binary_join_element_wise(sortable, identity_bytes(cols, nans), b"")
         order = np.asarray(
@@ -238,7 +239,11 @@ class ColumnarTopKCollection(StatefulCollection):
             [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
         )
         seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
-        prefixes = prefix.dictionary.take(pa.array(kept_code[new_part])).to_pylist()
+        rep = first_row[kept_code[new_part]]
+        at = pa.array(rep, pa.int64())
+        prefixes = partition_bytes(
+            [c.take(at) for c in pcols], [None if m is None else m[rep] for m in pnans], len(rep)
+        ).to_pylist()
         return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
 
     def _lookup(self, prefixes: list[bytes]):

@@ -217,6 +217,8 @@ PER_PARTITION = [
     dict(
         partition_key=[PINT], order_by=[OINT], descending=[False], limit=2, offset=2, emit_rank=True
     ),
+    # numeric NaN, float NaN and -0.0 = 0.0 as partition values
+    dict(partition_key=[ONUM, FLT], order_by=[OINT, TEXT], descending=[True, False], limit=2),
 ]
 
 
