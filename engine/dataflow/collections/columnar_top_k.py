@@ -3,7 +3,8 @@
 The same output as ``TopKCollection(rank_kind="row_number", limit=...)``: per partition the rows
 at positions offset .. offset+limit-1 in ORDER BY order (Postgres' NULL placement, NaN above
 every number, text in the C collation), duplicates counted by multiplicity, ties among peers
-broken by the row's ``encode_key`` bytes as in the row collection (``sort_keys.identity_bytes``),
+broken by the row's ``encode_key`` bytes as in the row collection (``sort_keys.identity_bytes`` of
+the columns that are neither partition nor ORDER BY columns: it orders peers alike),
 ``emit_rank`` appending the row_number; it emits exactly the difference between the old and new
 selections. ``supports`` says which plans it takes (the physical planner falls back to the row
 top-k otherwise).
@@ -133,6 +134,9 @@ class ColumnarTopKCollection(StatefulCollection):
             "TopK", order_by, descending, nulls_first
         )
         self.limit, self.offset, self.emit_rank = limit, offset, emit_rank
+        keyed = set(self.partition_key) | set(self.order_by)
+        #: the columns whose repr tells peers apart (the others are equal among peers)
+        self.payload = [i for i in range(len(column_types)) if i not in keyed]
         self.hi = offset + limit
         self.slack = max(2, limit // 4) if slack is None else slack
         self.cache_bytes = cache_bytes
@@ -217,7 +221,8 @@ class ColumnarTopKCollection(StatefulCollection):
         flags = [pa.array(m) for m in pnans if m is not None]  # numeric NaN apart from NULL
         code, first_row = K.group_index(pcols + flags, n)
         sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
-        rk = pc.binary_join_element_wise(sortable, identity_bytes(cols, nans), b"")
+        identity = identity_bytes(*pick(self.payload), n)
+        rk = pc.binary_join_element_wise(sortable, identity, b"")
         order = np.asarray(
             pc.sort_indices(
                 pa.table({"p": code, "k": rk}), [("p", "ascending"), ("k", "ascending")]

@@ -15,7 +15,8 @@ a mask, ``codec_columns``) and returns one binary value per row:
   0x00 0x00 (inverted for DESC). Prefix-free, so concatenated columns compare column by column.
 * ``identity_bytes(columns, nans)``: exactly ``keycodec.encode_key(row)`` (the repr of the
   normalized tuple): the row TopK breaks ties among peers by these bytes, so the columnar one
-  does the same. Built from string kernels; per-value Python only where those do not give
+  does the same (of the columns that are not partition or ORDER BY columns: among peers those
+  are equal, and the bytes of the rest order peers alike). Built from string kernels; per-value Python only where those do not give
   Python's repr: floats, text outside printable ASCII or holding backslashes or both quotes,
   numerics below 1e-6 (scientific notation) or of more than 28 digits (``normalize`` rounds).
 
@@ -148,8 +149,20 @@ def _inverted(values: pa.Array) -> pa.Array:
 
 
 # -- identity (encode_key) ---------------------------------------------------------------------------
-def identity_bytes(columns: Sequence[pa.Array], nans: Sequence[np.ndarray | None]) -> pa.Array:
-    """``keycodec.encode_key(row)`` of every row, as a binary array."""
+def identity_bytes(
+    columns: Sequence[pa.Array], nans: Sequence[np.ndarray | None], n: int | None = None
+) -> pa.Array:
+    """``keycodec.encode_key(row)`` of every row, as a binary array (``n`` rows of ``()``
+    without columns).
+
+    Among rows whose other columns are equal (the same partition and ORDER BY values), these
+    bytes of the remaining columns order the rows as ``encode_key`` of the whole rows does:
+    equal values have one normalized repr, so dropping them leaves the first difference where it
+    was, and no value's repr is a proper prefix of another's of its type (a longer one never
+    goes on with ``)``, ``*``, ``+`` or ``,``, the characters between the two ends a repr can
+    meet), so the end of a tuple compares as the separator did."""
+    if not columns:
+        return pa.array([b"()"] * (n or 0), pa.binary())
     reprs = [_repr_column(c, m) for c, m in zip(columns, nans, strict=True)]
     if len(reprs) == 1:
         return pc.binary_join_element_wise("(", reprs[0], ",)", "").cast(pa.binary())

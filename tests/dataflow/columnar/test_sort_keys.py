@@ -159,3 +159,27 @@ def test_float_peers_and_nan_order():
     got = sortable_bytes(cols, nans, [False], [None]).to_pylist()
     assert got[0] == got[1] and got[2] == got[3]
     assert got[4] < got[2] < got[5]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_identity_of_the_other_columns_orders_peers_as_encode_key(seed):
+    """Among rows with equal partition and ORDER BY values, the identity bytes of the remaining
+    columns order them as ``encode_key`` of the whole rows (the row TopK's tie order)."""
+    rng = random.Random(seed)
+    names = list(COLUMNS)
+    rows = _rows(rng, names, 3000, null_ratio=0.2)
+    keyed = rng.sample(range(len(names)), rng.randint(1, 2))  # partition and ORDER BY columns
+    rest = [i for i in range(len(names)) if i not in keyed]
+    cols, nans = _arrow(rows, names)
+    got = identity_bytes([cols[i] for i in rest], [nans[i] for i in rest], len(rows)).to_pylist()
+    peers: dict = {}
+    for r, g in zip(rows, got, strict=True):
+        peer = encode_key(tuple(r[i] for i in keyed))
+        peers.setdefault(peer, []).append((encode_key(r), g))
+    compared = 0
+    for members in peers.values():
+        by_row = [g for _, g in sorted(members)]
+        assert by_row == sorted(by_row)
+        assert len({g for _, g in members}) == len({k for k, _ in members})  # same identities
+        compared += len(members) if len(members) > 1 else 0
+    assert compared > 1000
