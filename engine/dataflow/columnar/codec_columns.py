@@ -29,6 +29,14 @@ def codec_columns(
     if cols is not None and all(fits(c.type, t) for c, t in zip(cols, types, strict=True)):
         return list(cols), [None] * len(types)
     rows = batch.rows
+    if rows and types:
+        try:  # one pass over the rows (each tuple visited once): the common case
+            as_struct = pa.array(
+                rows, pa.struct([(f"c{i}", _held(t)) for i, t in enumerate(types)])
+            )
+            return as_struct.flatten(), [None] * len(types)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass  # a value its column cannot hold (a numeric NaN...): column by column
     values = [list(map(itemgetter(i), rows)) for i in range(len(types))]  # faster than zip(*rows)
     out: list[pa.Array] = []
     nans: list[np.ndarray | None] = []
@@ -44,6 +52,11 @@ def codec_columns(
         out.append(to_arrow_column([None if v is not None and v != v else v for v in vals], t))
         nans.append(nan)
     return out, nans
+
+
+def _held(t: pa.DataType) -> pa.DataType:
+    """The type ``to_arrow_column`` converts a column of type ``t`` with."""
+    return pa.decimal128(38, t.scale) if pa.types.is_decimal(t) else t
 
 
 def fits(have: pa.DataType, want: pa.DataType) -> bool:
