@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.dataflow.columnar.row_block import run_starts
-from engine.dataflow.state.store import StateTable, prefix_successor
+from engine.dataflow.state.store import StateTable
 
 #: after every ``seq`` suffix of one rk: ``prefix + rk + AFTER_ROW`` seeks past the row
 AFTER_ROW = b"\xff" * 9
@@ -335,19 +335,16 @@ def _run(table: StateTable, prefix: bytes, start: bytes, max_entries: int, stop:
     """Up to ``max_entries`` entries from ``prefix + start``, completed to a row boundary, not
     past the partition's end nor ``stop``; and the last rk they cover (None: they reach the
     partition's end; ``_START``: they reach ``stop``)."""
-    it = table.items_after(prefix + start)
+    it = table.items_after(prefix + start, prefix)
     got = list(islice(it, max_entries)) if max_entries > 0 else []
-    ended = len(got) < max_entries
-    bound = stop if stop is not None else prefix_successor(prefix)
-    if got and bound is not None and got[-1][0] >= bound:
-        got = got[: bisect_left(got, bound, key=_key)]
+    if stop is not None and got and got[-1][0] >= stop:
+        return got[: bisect_left(got, stop, key=_key)], _START
+    if len(got) < max_entries or not got:  # the partition ended
         return got, (_START if stop is not None else None)
-    if ended or not got:
-        return got, (_START if stop is not None and ended else None)
     lp = len(prefix)
     last = got[-1][0][lp:-8]
     for k, v in it:
-        if (bound is not None and k >= bound) or k[lp:-8] != last:
+        if (stop is not None and k >= stop) or k[lp:-8] != last:
             return got, last
         got.append((k, v))
     return got, (_START if stop is not None else None)
