@@ -123,9 +123,19 @@ class Table:
         return out
 
 
-def _stir(batch, rng):
-    """Weights above 1 and a transient negative count within the time."""
+def _stir(batch, rng, owed=None):
+    """Weights above 1 and a transient negative count within the time; with ``owed``, negative
+    counts across times too (a row taken away for a time, then paid back)."""
     rows, weights = list(batch.rows), list(batch.weights)
+    if owed is not None:
+        rows += owed
+        weights += [1] * len(owed)
+        owed.clear()
+        if rng.random() < 0.2:
+            r = make_row(rng)
+            rows.append(r)
+            weights.append(-1)
+            owed.append(r)
     if rng.random() < 0.3:
         c = DiffBatch(rows, weights).consolidate()
         rows, weights = list(c.rows), list(c.weights)
@@ -138,7 +148,7 @@ def _stir(batch, rng):
     return DiffBatch([rows[i] for i in order], [weights[i] for i in order])
 
 
-def drive(tmp_path, seed, times=150, reopen_every=9, cache_bytes=64 << 20, **kw):
+def drive(tmp_path, seed, times=150, reopen_every=9, cache_bytes=64 << 20, negative=False, **kw):
     rng = random.Random(seed)
     kw.setdefault("nulls_first", None)
     kw.setdefault("offset", 0)
@@ -146,6 +156,7 @@ def drive(tmp_path, seed, times=150, reopen_every=9, cache_bytes=64 << 20, **kw)
     slack = kw.pop("slack", 1)
     window = kw.pop("window", 4)
     table = Table(rng)
+    owed: list | None = [] if negative else None
     sinks = {"row": ZSetSink(), "col": ZSetSink()}
     cols = []
 
@@ -161,7 +172,7 @@ def drive(tmp_path, seed, times=150, reopen_every=9, cache_bytes=64 << 20, **kw)
     with SideBySide(tmp_path, build) as pair:
         flows = pair.flows
         for t in range(1, times + 1):
-            batch = _stir(table.step(), rng)
+            batch = _stir(table.step(), rng, owed)
             feeds = {"row": batch, "col": batch}
             if rng.random() < 0.3 and (cb := _columnar(batch)) is not None:
                 feeds["col"] = cb
@@ -240,6 +251,13 @@ def test_global_order_by_limit_equals_row_top_k(tmp_path, seed, limit, offset):
         tmp_path, seed, partition_key=[], order_by=[OINT, ONUM], descending=[False, True],
         limit=limit, offset=offset,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", [0, 2])
+def test_negative_counts_across_times(tmp_path, spec):
+    """A row deleted before it exists holds a negative count for a time (no position), in the
+    head and in the tail alike, as in the row top-k."""
+    drive(tmp_path, 50 + spec, negative=True, **PER_PARTITION[spec])
 
 
 def test_large_slack_and_no_cache(tmp_path):
