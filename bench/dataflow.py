@@ -14,7 +14,7 @@ batch, and two ratios against recomputing the operator over the full input:
 (e) is SELECT DISTINCT over (orderkey, date, numeric(12,2)) rows, two copies of each distinct
 row, the row distinct and the columnar distinct side by side (``--only distinct``).
 (f) is a top-10 per partition (row_number) over 1M rows in 10k partitions, the row top-k and the
-columnar top-k side by side on the same update batches (``--only top_k``).
+columnar top-k (tuple and Arrow input) side by side on the same update batches (``--only top_k``).
 (d) is ``bench.lineitem_group_by``: GROUP BY count/sum/avg over lineitem-shaped state, the row
 reduce and the columnar reduce side by side, with the process RSS at 1M and at all rows.
 ``--json`` prints one JSON object (pipeline -> diffs_per_s, plus rss_mb) and writes it to
@@ -348,8 +348,9 @@ def bench_distinct(rows: int, batch: int, batches: int, rng: random.Random) -> N
 def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None:
     """(f) per-partition top-k (``row_number() OVER (PARTITION BY g ORDER BY v DESC) <= 10``):
     ``rows`` rows in ``rows / 100`` partitions, update batches move ``batch / 2`` rows to a new v
-    (-old +new); the row TopKCollection and the columnar one on the same batches, each batch
-    through both one after the other (a shared machine's load hits both alike)."""
+    (-old +new); the row TopKCollection and the columnar one on the same batches (as tuple rows,
+    and as Arrow columns: ``columnar_in``), each batch through all of them one after the other
+    (a shared machine's load hits them alike)."""
     groups = max(1, rows // 100)
     data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
     initial = list(data)
@@ -369,7 +370,9 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
     paths = {
         "row": lambda: TopKCollection([1], [2], [True], limit=10),
         "columnar": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
+        "columnar_in": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
     }
+    arrow_updates = [_arrow(d, types) for d in updates]  # what a columnar source hands it
     print(f"\n== (f) top-10 per partition, {fmt(rows)} rows in {fmt(groups)} partitions")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -385,9 +388,10 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
             loads[kind] = load(pipes[kind], {"a": initial})
         times: dict[str, list[float]] = {kind: [] for kind in paths}
         outs: dict[str, list[int]] = {kind: [] for kind in paths}
-        for d in updates:  # each batch through both, one after the other: same machine load
-            for kind, p in pipes.items():
-                dt_, n = p.apply({"a": DiffBatch(list(d.rows), list(d.weights))})
+        for d, da in zip(updates, arrow_updates, strict=True):  # each batch through all, one
+            for kind, p in pipes.items():  # after the other: the same machine load
+                given = da if kind == "columnar_in" else DiffBatch(list(d.rows), list(d.weights))
+                dt_, n = p.apply({"a": given})
                 times[kind].append(dt_)
                 outs[kind].append(n)
         for p in pipes.values():
