@@ -11,10 +11,14 @@ batch, and two ratios against recomputing the operator over the full input:
     python -m bench.dataflow [--rows 1000000] [--batch 10000] [--batches 20]
                              [--lineitem-rows 6000000] [--json]
 
+(g) is a Q6/Q1-shaped filter + projection over lineitem-like Arrow batches (numerics, dates,
+text), the vectorized expressions beside the row path on the same batches (``--only vector``).
 (e) is SELECT DISTINCT over (orderkey, date, numeric(12,2)) rows, two copies of each distinct
 row, the row distinct and the columnar distinct side by side (``--only distinct``).
 (f) is a top-10 per partition (row_number) over 1M rows in 10k partitions, the row top-k and the
 columnar top-k (tuple and Arrow input) side by side on the same update batches (``--only top_k``).
+``--only lineitem_join`` is ``bench.lineitem_join``: lineitem JOIN orders over the same
+lineitem-shaped state, the row join and the columnar join (tuple and Arrow input) side by side.
 (d) is ``bench.lineitem_group_by``: GROUP BY count/sum/avg over lineitem-shaped state, the row
 reduce and the columnar reduce side by side, with the process RSS at 1M and at all rows.
 ``--json`` prints one JSON object (pipeline -> diffs_per_s, plus rss_mb) and writes it to
@@ -37,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from bench import lineitem_group_by
+from bench import lineitem_group_by, lineitem_join
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
@@ -139,6 +143,122 @@ def _arrow(batch: DiffBatch, types: list[pa.DataType]) -> DiffBatch:
     cols = list(zip(*batch.rows, strict=True))
     arrays = [to_arrow_column(list(c), t) for c, t in zip(cols, types, strict=True)]
     return DiffBatch.from_columns(arrays, np.asarray(batch.weights, dtype=np.int64))
+
+
+VECTOR_COLUMNS = [
+    ("orderkey", "bigint"),
+    ("quantity", "numeric(15,2)"),
+    ("extendedprice", "numeric(15,2)"),
+    ("discount", "numeric(15,2)"),
+    ("tax", "numeric(15,2)"),
+    ("returnflag", "text"),
+    ("shipdate", "date"),
+]
+VECTOR_WHERE = (
+    "shipdate <= '1998-09-02' AND discount BETWEEN 0.02 AND 0.09 AND quantity < 40 "
+    "AND returnflag <> 'N'"
+)
+VECTOR_SELECT = [
+    "orderkey",
+    "extendedprice * (1 - discount)",
+    "extendedprice * (1 - discount) * (1 + tax)",
+    "quantity * 2 + 1",
+    "returnflag",
+    "shipdate + 30",
+    "CASE WHEN discount > 0.05 THEN 'high' ELSE 'low' END",
+]
+
+
+def _lineitem_batch(rng: random.Random, n: int) -> DiffBatch:
+    """``n`` lineitem-like diffs as Arrow columns (what a columnar source or collection sends)."""
+    import numpy as np
+
+    r = np.random.default_rng(rng.randrange(2**32))
+
+    def dec(values):  # int64 unscaled values -> decimal128(15, 2)
+        words = np.stack([values, values >> 63], axis=1).astype(np.int64)
+        return pa.Array.from_buffers(pa.decimal128(15, 2), n, [None, pa.py_buffer(words)])
+
+    columns = [
+        pa.array(r.integers(1, 6_000_000, n, dtype=np.int64)),
+        dec(r.integers(100, 5001, n, dtype=np.int64)),
+        dec(r.integers(90_000, 10_500_000, n, dtype=np.int64)),
+        dec(r.integers(0, 11, n, dtype=np.int64)),
+        dec(r.integers(0, 9, n, dtype=np.int64)),
+        pa.array(r.choice(["A", "N", "R"], n)),
+        pa.array(r.integers(8036, 10_560, n, dtype=np.int32)).cast(pa.date32()),
+    ]
+    weights = np.where(r.random(n) < 0.5, -1, 1).astype(np.int64)
+    return DiffBatch.from_columns(columns, weights)
+
+
+def bench_vector_filter_map(batch: int, batches: int, rng: random.Random) -> None:
+    """(g) WHERE + SELECT over Arrow batches: the vectorized programs, the row path on the same
+    Arrow batches (turned into tuples first, as a row collection reads them), and the row path
+    on tuple batches (the conversion already paid), per 10k-diff batch of the fused chain."""
+    from engine.sql.expression_compiler import (
+        ColumnRef,
+        compile_expressions,
+        compile_predicate,
+        parse_expression,
+    )
+    from engine.sql.types import from_pg_name
+    from engine.sql.vector_expressions import vectorize_expressions, vectorize_predicate
+
+    refs = [ColumnRef(c, "l", from_pg_name(t)) for c, t in VECTOR_COLUMNS]
+    where, select = parse_expression(VECTOR_WHERE), [parse_expression(e) for e in VECTOR_SELECT]
+
+    def chain(vectorized: bool):
+        fn, _ = compile_predicate(where, refs)
+        filt = FilterCollection(fn, VECTOR_WHERE)
+        mapped = MapCollection(compile_expressions(select, refs).fn, "select")
+        if vectorized:
+            filt.vector = vectorize_predicate(where, refs).program
+            mapped.vector = vectorize_expressions(select, refs).program
+        return filt, mapped
+
+    inputs = [_lineitem_batch(rng, batch) for _ in range(batches)]
+    tuples = [DiffBatch(list(b.rows), list(b.weights)) for b in inputs]
+    paths = {
+        "vectorized": (
+            True,
+            lambda i: DiffBatch.from_columns(inputs[i].columns, inputs[i].column_weights),
+        ),
+        "row_arrow_input": (
+            False,
+            lambda i: DiffBatch.from_columns(inputs[i].columns, inputs[i].column_weights),
+        ),
+        "row_tuple_input": (False, lambda i: DiffBatch(tuples[i].rows, tuples[i].weights)),
+    }
+    print(f"\n== (g) filter + map over Arrow batches, {batches} x {fmt(batch)} diffs")
+    print(f"  WHERE {VECTOR_WHERE}")
+    print(f"  SELECT {', '.join(VECTOR_SELECT)}")
+    outputs = {}
+    for kind, (vectorized, feed) in paths.items():
+        filt, mapped = chain(vectorized)
+        times, out = [], []
+        for i in range(batches):
+            b = feed(i)
+            start = time.perf_counter()
+            result = mapped.on_diffs(0, filt.on_diffs(0, b))
+            times.append(time.perf_counter() - start)
+            out.append(result)
+        outputs[kind] = out
+        med = statistics.median(times)
+        FIGURES[f"filter_map_arrow_{kind}"] = batch / med
+        note = (
+            f" ({mapped.row_batches + filt.row_batches} batches sent to rows)" if vectorized else ""
+        )
+        print(
+            f"  {kind:>16}: median {med * 1000:.2f} ms/batch -> {fmt(batch / med)} diffs/s, "
+            f"{fmt(statistics.median(len(o) for o in out))} output diffs/batch{note}"
+        )
+    same = all(
+        v.counts() == r.counts()
+        for v, r in zip(outputs["vectorized"], outputs["row_arrow_input"], strict=True)
+    )
+    vec, row = FIGURES["filter_map_arrow_vectorized"], FIGURES["filter_map_arrow_row_arrow_input"]
+    print(f"  vectorized / row (Arrow input): {vec / row:.1f}x; outputs equal: {same}")
 
 
 def bench_join(rows: int, batch: int, batches: int, rng: random.Random) -> None:
@@ -433,7 +553,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument(
-        "--only", choices=["filter_map", "join", "group_by", "distinct", "top_k", "lineitem"]
+        "--only",
+        choices=[
+            "filter_map",
+            "vector",
+            "join",
+            "group_by",
+            "distinct",
+            "top_k",
+            "lineitem",
+            "lineitem_join",
+        ],
     )
     ap.add_argument("--lineitem-rows", type=int, default=6_000_000)
     ap.add_argument("--json", action="store_true", help="print and save the figures as JSON")
@@ -446,6 +576,8 @@ def main() -> None:
     )
     if args.only in (None, "filter_map"):
         bench_filter_map(args.rows, 100_000, args.batches, rng)
+    if args.only in (None, "vector"):
+        bench_vector_filter_map(args.batch, args.batches, rng)
     if args.only in (None, "join"):
         bench_join(args.rows, args.batch, args.batches, rng)
     if args.only in (None, "group_by"):
@@ -465,6 +597,10 @@ def main() -> None:
             "at_1M_rows": many["rss_mb_at_1M"],
             f"at_{args.lineitem_rows}_rows": many["rss_mb_at_all"],
         }
+    if args.only in (None, "lineitem_join"):
+        lj = lineitem_join.bench(args.lineitem_rows, args.batch, args.batches)
+        for kind, r in lj.items():
+            result[f"inner_join_lineitem_orders_{kind}"] = r["diffs_per_s"]
     names = {"a": "filter_map"}
     for key, value in FIGURES.items():
         result[names.get(key, key)] = value

@@ -1,31 +1,45 @@
-"""Result-sink throughput against a real PostgreSQL: apply() and populate() of a 6-column view.
+"""Result-sink throughput against a real PostgreSQL: apply() by the row path and the Arrow path.
 
 Populates a result table of ``--rows`` rows (bigint, int, text, numeric(12,2), timestamptz,
 boolean), then applies ``--batches`` batches of ``--batch`` diffs of each kind and prints diffs/s
-(the figure the >= 100k diffs/s at 100k-diff batches target is about) and ms per batch:
+and ms per batch, per kind, for each path side by side, on the same batches:
   * insert: new rows, weight +1;
   * delete: existing rows, weight -1;
   * update: -old +new pairs (``--batch``/2 rows updated);
-  * dup: rows with weight +2 then -1 (generate_series insert, multiset delete of duplicates);
-then prints population into a new table (COPY + rename) and re-population of the existing table
-with 1% of rows changed (only the difference written).
+  * dup: rows with weight +2 then -1 (repeated inserts, multiset delete of duplicates).
+The paths (``--paths``):
+  * rows: ``ResultSink(arrow_copy=False)`` with tuple batches: psycopg ``write_row`` into the diff
+    table, then DELETE ... USING and INSERT ... SELECT (the sink before the Arrow COPY);
+  * arrow: the default sink with columnar batches (``DiffBatch.from_columns``, what the columnar
+    collections emit): binary COPY encoded from the Arrow arrays, retractions into the diff
+    table, insertions straight into the result table;
+  * arrow-rows: the default sink with tuple batches (converted to Arrow once, then the same).
+Each path gets its own freshly populated table; ``--rounds`` repeats the whole sequence, paths in
+turn, and the figure is the median over rounds and batches. A second table splits each batch's
+time into CPU milliseconds of this process (encoding, conversion) and of the Postgres backend
+(COPY, index maintenance, the delete's lookups), read from /proc when the server is local: on a
+shared machine CPU times are steadier than wall times. Then, once, population into a new
+table (COPY + rename) and re-population of the existing table with 1% of rows changed.
 
-    python -m bench.sink [--dsn DSN] [--rows 1000000] [--batch 100000] [--batches 3]
+    python -m bench.sink [--dsn DSN] [--rows 1000000] [--batch 100000] [--batches 3] [--rounds 2]
 
 Without ``--dsn`` a private throwaway server is started (tests/postgres_server.py). This script
-must not be imported by engine code; it drops its tables and its incview.views row when done.
+must not be imported by engine code; it drops its tables and its incview.views rows when done.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import numpy as np
 import psycopg
+import pyarrow as pa
 
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.sink import ResultSink
@@ -41,7 +55,17 @@ COLUMNS = [
     ("placed", TIMESTAMPTZ),
     ("paid", BOOLEAN),
 ]
+ARROW_TYPES = [
+    pa.int64(),
+    pa.int64(),
+    pa.string(),
+    pa.decimal128(12, 2),
+    pa.timestamp("us", tz="UTC"),
+    pa.bool_(),
+]
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
+KINDS = ("insert", "delete", "update", "dup")
+PATHS = ("rows", "arrow", "arrow-rows")
 
 
 def fmt(n: float) -> str:
@@ -59,89 +83,156 @@ def make_row(i: int, rnd: random.Random) -> tuple:
     )
 
 
-def run(dsn: str, rows: int, batch: int, batches: int) -> None:
+def make_steps(rows: int, batch: int, batches: int) -> tuple[list[tuple], list[tuple]]:
+    """The initial rows and the (kind, diffs counted, DiffBatch) steps, the same for every path."""
     rnd = random.Random(42)
+    live = [make_row(i, rnd) for i in range(rows)]
+    initial = list(live)
+    next_id = rows
+    steps: list[tuple] = []
+    half = batch // 2
+    for _ in range(batches):
+        new = [make_row(next_id + i, rnd) for i in range(batch)]
+        next_id += batch
+        steps.append(("insert", batch, DiffBatch.inserts(new)))
+        live.extend(new)
+
+        rnd.shuffle(live)
+        gone, live = live[:batch], live[batch:]
+        steps.append(("delete", batch, DiffBatch.deletes(gone)))
+
+        old = live[:half]
+        upd = [(r[0], r[1] + 1, r[2], r[3] + 1, r[4], not r[5]) for r in old]
+        steps.append(("update", batch, DiffBatch(old + upd, [-1] * half + [1] * half)))
+        live[:half] = upd
+
+        dup = [make_row(next_id + i, rnd) for i in range(half)]
+        next_id += half
+        steps.append(("dup", half, DiffBatch(dup, [2] * half)))
+        steps.append(("dup", half, DiffBatch(dup, [-1] * half)))
+        live.extend(dup)
+    return initial, steps
+
+
+def columnar(diffs: DiffBatch) -> DiffBatch:
+    """The same diffs as Arrow columns (what a columnar collection hands the sink)."""
+    columns = list(zip(*diffs.rows, strict=True))
+    arrays = [pa.array(c, t) for c, t in zip(columns, ARROW_TYPES, strict=True)]
+    return DiffBatch.from_columns(arrays, np.asarray(diffs.weights, dtype=np.int64))
+
+
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a local Postgres backend process, or None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_path(
+    conn: psycopg.Connection, path: str, initial: list[tuple], steps: list[tuple]
+) -> dict[str, list[tuple[float, float, float | None]]]:
+    """Populate a fresh table for ``path`` and apply every step; (wall, client CPU, server CPU)
+    seconds per step, by kind."""
+    view = f"{VIEW}_{path.replace('-', '_')}"
+    cat = ViewCatalog.open(conn)
+    cat.delete(view)
+    cat.insert(view, "-- bench", "public", view)
+    sink = ResultSink(conn, view, "public", view, COLUMNS, arrow_copy=path != "rows")
+    sink.drop()
+    sink.populate(
+        (DiffBatch.inserts(initial[i : i + 100_000]) for i in range(0, len(initial), 100_000)),
+        lsn=1,
+    )
+    conn.execute(f"VACUUM ANALYZE {view}")
+    batches = [(kind, columnar(d) if path == "arrow" else d) for kind, _, d in steps]
+    secs: dict[str, list[tuple[float, float, float | None]]] = {}
+    pid = conn.info.backend_pid
+    for lsn, (kind, diffs) in enumerate(batches, start=2):
+        server = backend_cpu(pid)
+        client = time.process_time()
+        t = time.perf_counter()
+        assert sink.apply(diffs, lsn)
+        wall = time.perf_counter() - t
+        client = time.process_time() - client
+        after = backend_cpu(pid)
+        server = None if server is None or after is None else after - server
+        secs.setdefault(kind, []).append((wall, client, server))
+    want = len(initial) + sum(sum(d.weights) for _, _, d in steps)
+    assert sink.row_count() == want, (path, sink.row_count(), want)
+    sink.drop()
+    cat.delete(view)
+    return secs
+
+
+def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[str]) -> None:
+    initial, steps = make_steps(rows, batch, batches)
+    sizes = {kind: size for kind, size, _ in steps}
+    results: dict[str, dict[str, list[tuple]]] = {p: {} for p in paths}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        cat = ViewCatalog.open(conn)
-        cat.delete(VIEW)
-        cat.insert(VIEW, "-- bench", "public", VIEW)
-        sink = ResultSink(conn, VIEW, "public", VIEW, COLUMNS)
-        sink.drop()
-        live = [make_row(i, rnd) for i in range(rows)]
-        next_id = rows
-
-        start = time.perf_counter()
-        n = sink.populate(
-            (DiffBatch.inserts(live[i : i + 100_000]) for i in range(0, rows, 100_000)), lsn=1
-        )
-        secs = time.perf_counter() - start
-        print(f"populate new table: {fmt(n)} rows in {secs:.2f} s = {fmt(n / secs)} rows/s")
-        conn.execute(f"VACUUM ANALYZE {VIEW}")
-
-        lsn = 1
-        results: dict[str, list[float]] = {}
-
-        def timed(kind: str, diffs: DiffBatch) -> None:
-            nonlocal lsn
-            lsn += 1
-            t = time.perf_counter()
-            assert sink.apply(diffs, lsn)
-            results.setdefault(kind, []).append(time.perf_counter() - t)
-
-        for _ in range(batches):
-            new = [make_row(next_id + i, rnd) for i in range(batch)]
-            next_id += batch
-            timed("insert", DiffBatch.inserts(new))
-            live.extend(new)
-
-            rnd.shuffle(live)
-            gone, live = live[:batch], live[batch:]
-            timed("delete", DiffBatch.deletes(gone))
-
-            half = batch // 2
-            old = live[:half]
-            upd = [(r[0], r[1] + 1, r[2], r[3] + 1, r[4], not r[5]) for r in old]
-            timed("update", DiffBatch(old + upd, [-1] * half + [1] * half))
-            live[:half] = upd
-
-            dup = [make_row(next_id + i, rnd) for i in range(half)]
-            next_id += half
-            timed("dup", DiffBatch(dup, [2] * half))
-            timed("dup", DiffBatch(dup, [-1] * half))
-            live.extend(dup)
-
-        print(f"apply, {fmt(batch)}-diff batches against a ~{fmt(rows)}-row result table:")
-        for kind, secs_list in results.items():
-            med = statistics.median(secs_list)
-            size = batch if kind in ("insert", "delete", "update") else batch // 2
-            print(
-                f"  {kind:7s} {fmt(size / med):>10s} diffs/s  "
-                f"(median {med * 1000:.0f} ms/batch over {len(secs_list)})"
-            )
-
-        t = time.perf_counter()
-        assert sink.apply(DiffBatch(), lsn + 1)
-        print(f"  empty batch (LSN only): {(time.perf_counter() - t) * 1000:.1f} ms")
-        lsn += 1
-
-        total = sink.row_count()
-        content = [r for r, w in ((r, 1) for r in conn.execute(f"SELECT * FROM {VIEW}"))]
-        changed = max(1, total // 100)
-        for i in range(changed):
-            r = content[i]
-            content[i] = (r[0], r[1], r[2] + "!", r[3], r[4], r[5])
-        t = time.perf_counter()
-        written = sink.populate(
-            (DiffBatch.inserts(content[i : i + 100_000]) for i in range(0, total, 100_000)),
-            lsn=lsn + 1,
-        )
-        secs = time.perf_counter() - t
+        for r in range(rounds):
+            for path in paths if r % 2 == 0 else paths[::-1]:
+                for kind, secs in run_path(conn, path, initial, steps).items():
+                    results[path].setdefault(kind, []).extend(secs)
         print(
-            f"re-populate existing {fmt(total)}-row table, {fmt(changed)} rows changed: "
-            f"{secs:.2f} s, {fmt(written)} rows written"
+            f"apply, {fmt(batch)}-diff batches against a ~{fmt(rows)}-row result table "
+            f"(median of {rounds} round(s) x {batches} batch(es)), diffs/s:"
         )
-        sink.drop()
-        cat.delete(VIEW)
+        print("  " + f"{'kind':8s}" + "".join(f"{p:>16s}" for p in paths))
+        for kind in KINDS:
+            cells = []
+            for p in paths:
+                med = statistics.median(w for w, _, _ in results[p][kind])
+                cells.append(f"{fmt(sizes[kind] / med)} {med * 1000:4.0f}ms")
+            print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
+        if all(s is not None for p in paths for v in results[p].values() for _, _, s in v):
+            print("CPU ms per batch, median (client + Postgres backend):")
+            print("  " + f"{'kind':8s}" + "".join(f"{p:>16s}" for p in paths))
+            for kind in KINDS:
+                cells = []
+                for p in paths:
+                    client = statistics.median(c for _, c, _ in results[p][kind]) * 1000
+                    server = statistics.median(s for _, _, s in results[p][kind]) * 1000
+                    cells.append(f"{client:.0f} + {server:.0f}")
+                print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
+        population(conn, initial)
+
+
+def population(conn: psycopg.Connection, initial: list[tuple]) -> None:
+    """Population into a new table, an empty apply, re-population with 1% of rows changed."""
+    cat = ViewCatalog.open(conn)
+    cat.delete(VIEW)
+    cat.insert(VIEW, "-- bench", "public", VIEW)
+    sink = ResultSink(conn, VIEW, "public", VIEW, COLUMNS)
+    sink.drop()
+    n = len(initial)
+    start = time.perf_counter()
+    written = sink.populate(
+        (DiffBatch.inserts(initial[i : i + 100_000]) for i in range(0, n, 100_000)), lsn=1
+    )
+    secs = time.perf_counter() - start
+    print(f"populate new table: {fmt(written)} rows in {secs:.2f} s = {fmt(written / secs)} rows/s")
+    t = time.perf_counter()
+    assert sink.apply(DiffBatch(), 2)
+    print(f"empty batch (LSN only): {(time.perf_counter() - t) * 1000:.1f} ms")
+    content = list(conn.execute(f"SELECT * FROM {VIEW}"))
+    changed = max(1, n // 100)
+    for i in range(changed):
+        r = content[i]
+        content[i] = (r[0], r[1], r[2] + "!", r[3], r[4], r[5])
+    t = time.perf_counter()
+    written = sink.populate(
+        (DiffBatch.inserts(content[i : i + 100_000]) for i in range(0, n, 100_000)), lsn=3
+    )
+    secs = time.perf_counter() - t
+    print(
+        f"re-populate existing {fmt(n)}-row table, {fmt(changed)} rows changed: "
+        f"{secs:.2f} s, {fmt(written)} rows written"
+    )
+    sink.drop()
+    cat.delete(VIEW)
 
 
 def main() -> None:
@@ -150,14 +241,20 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--batches", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {PATHS}")
     args = ap.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    if unknown := set(paths) - set(PATHS):
+        ap.error(f"unknown paths {sorted(unknown)}; choose from {PATHS}")
+    params = (args.rows, args.batch, args.batches, args.rounds, paths)
     if args.dsn:
-        run(args.dsn, args.rows, args.batch, args.batches)
+        run(args.dsn, *params)
         return
     from tests.postgres_server import PostgresServer
 
     with PostgresServer() as server:
-        run(server.dsn, args.rows, args.batch, args.batches)
+        run(server.dsn, *params)
 
 
 if __name__ == "__main__":

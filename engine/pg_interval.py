@@ -114,7 +114,13 @@ def _scaled(v, scale) -> PgInterval:
     r_time = scale(float(micros)) + sec_remainder * 1_000_000
     if not math.isfinite(r_time) or abs(r_time) >= 2**63:
         raise EvalError("interval out of range")
-    return PgInterval(r_month, r_day, int(round(r_time)))
+    try:
+        return PgInterval(r_month, r_day, int(round(r_time)))
+    except OverflowError:  # Postgres holds it; a timedelta holds at most 999999999 days
+        raise EvalError(
+            f"interval of {r_month} months {r_day} days is too long for incview (at most "
+            "999999999 days, a month counted as 30)"
+        ) from None
 
 
 def interval_text(v) -> str:

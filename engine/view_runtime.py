@@ -85,7 +85,8 @@ class ViewRuntime:
         self.snapshot: PgSnapshot | None = self._load_snapshot()
         # commit time of the last source transaction applied (list_views' lag)
         self.last_commit: datetime | None = record.last_commit_time
-        self._projections: dict[tuple[str, tuple[str, ...]], Callable[[tuple], tuple]] = {}
+        # (table, its column names) -> (indices of the view's columns, a row picker)
+        self._projections: dict[tuple[str, tuple[str, ...]], tuple[list[int], Callable]] = {}
         # source -> the tables below it (partitions, inheritance children) its last population
         # read (None: not recorded, a view of an older version)
         tree = self.dir / TREE_FILE
@@ -134,8 +135,8 @@ class ViewRuntime:
         if column_names == wanted:
             return batch
         key = (table, column_names)
-        pick = self._projections.get(key)
-        if pick is None:
+        cached = self._projections.get(key)
+        if cached is None:
             gone = self.expected.missing_columns(table, column_names)
             if gone is not None:
                 raise SourceChanged(gone)
@@ -144,7 +145,10 @@ class ViewRuntime:
                 pick = itemgetter(*idx)  # a tuple of the columns, in C
             else:
                 pick = (lambda r, _i=idx[0]: (r[_i],)) if idx else (lambda r: ())
-            self._projections[key] = pick
+            cached = self._projections[key] = (idx, pick)
+        idx, pick = cached
+        if batch.columns is not None:  # Arrow columns (the columnar CDC decode): picked as they are
+            return DiffBatch.from_columns([batch.columns[i] for i in idx], batch.column_weights)
         return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
 
     def stop_stream(self) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import psycopg
 
+from engine.postgres import interval_dumpers
 from engine.postgres.embedded import (
     EmbeddedPostgres,
     EmbeddedPostgresError,
@@ -46,6 +47,13 @@ __all__ = [
     "find_bindir",
     "free_port",
 ]
+
+
+def _parameter(value):
+    """An engine value as psycopg takes it for a column: an array (a tuple) as a list."""
+    if isinstance(value, tuple):
+        return [_parameter(v) for v in value]
+    return value
 
 
 class PostgresServer:
@@ -123,10 +131,15 @@ class PostgresServer:
         self, prefix: str, columns: list[tuple[str, str]], rows: list[tuple]
     ) -> Iterator[psycopg.Connection]:
         """A fresh database holding ``t (id int PRIMARY KEY, <columns>)`` with ``rows`` (ids
-        0, 1, ... in order): an autocommit connection to it, the database dropped afterwards."""
+        0, 1, ... in order): an autocommit connection to it, the database dropped afterwards.
+
+        ``rows`` hold values as the engine carries them: an interval (``PgInterval``) goes in
+        with its months, days and time apart, an array (a tuple) as an array."""
         name = self.create_database(prefix)
+        rows = [tuple(_parameter(v) for v in r) for r in rows]
         try:
             with self.connect(name, autocommit=True) as conn:
+                interval_dumpers.register(conn)
                 cols = ", ".join(f"{n} {t}" for n, t in columns)
                 conn.execute(f"CREATE TABLE t (id int PRIMARY KEY, {cols})")
                 placeholders = ", ".join(["%s"] * (len(columns) + 1))

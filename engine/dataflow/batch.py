@@ -77,6 +77,11 @@ class DiffBatch:
         self._weights, self._columns, self._cweights = weights, None, None
 
     @property
+    def columnar(self) -> bool:
+        """Whether the batch is held as Arrow columns only (no tuple rows were made of it)."""
+        return self._rows is None
+
+    @property
     def columns(self) -> list[Any] | None:
         """The Arrow columns, if the batch was made of columns (else None)."""
         return self._columns
@@ -89,6 +94,20 @@ class DiffBatch:
 
             return np.asarray(self.weights, dtype=np.int64)
         return self._cweights
+
+    def __getstate__(self) -> tuple:
+        # an Arrow slice pickles its whole parent's buffers: each column is compacted first
+        columns = self._columns
+        if columns is not None:
+            import pyarrow as pa
+
+            columns = [pa.concat_arrays([c]) for c in columns]
+        return (self._rows, self._weights, columns, self._cweights)
+
+    def __setstate__(self, state: tuple) -> None:
+        if len(state) == 2:  # pickled before __getstate__: (None, {slot: value})
+            state = tuple(state[1].get(k) for k in ("_rows", "_weights", "_columns", "_cweights"))
+        self._rows, self._weights, self._columns, self._cweights = state
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DiffBatch):
@@ -141,6 +160,14 @@ class DiffBatch:
             rows.extend(b.rows)
             weights.extend(b.weights)
         return cls(rows, weights)
+
+    def extend(self, other: DiffBatch) -> None:
+        """Append ``other``'s diffs in place (the batch becomes rows: extending ``rows`` of a
+        columnar batch by hand would leave its columns stale)."""
+        rows, weights = self.rows, self.weights
+        self._columns = self._cweights = None
+        rows.extend(other.rows)
+        weights.extend(other.weights)
 
     # -- inspection ---------------------------------------------------------------------------
     def __len__(self) -> int:

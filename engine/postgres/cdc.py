@@ -5,7 +5,8 @@
 creates the slot. ``poll()`` peeks the slot (``pg_logical_slot_peek_binary_changes``; psycopg 3
 has no streaming replication API), decodes the pgoutput messages and returns whole
 ``Transaction`` objects whose changes are ``DiffBatch`` Z-sets per table (INSERT +new, DELETE
--old, UPDATE -old +new). Peeking does not consume: the slot only moves when the consumer calls
+-old, UPDATE -old +new): Arrow columns decoded a whole peek at a time
+(``engine.postgres.columnar_assembly``; ``columnar=False``: rows, message by message). Peeking does not consume: the slot only moves when the consumer calls
 ``advance(tx.end_lsn)`` after its sink committed that transaction, so a crash replays from the
 last committed LSN. ``exported_snapshot()``, ``current_snapshot()`` and ``visible_in_snapshot()``
 give population a snapshot consistent with the slot. This module must not apply changes, keep
@@ -45,6 +46,7 @@ from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
+from engine.postgres.columnar_assembly import ColumnarAssembler
 from engine.postgres.pg_types import TypeResolver
 from engine.postgres.pgoutput import (
     Begin,
@@ -172,6 +174,12 @@ class _TableChanges:
         self.weights: list[int] = []
         self.truncated = False
 
+    def clear(self) -> None:
+        """A TRUNCATE (or a change without its old row): the diffs so far no longer count."""
+        self.rows.clear()
+        self.weights.clear()
+        self.truncated = True
+
     def reshape(self, new_rel: Relation) -> None:
         """Re-shape the rows gathered so far to ``new_rel``'s columns (by name)."""
         old_names = self.rel.column_names
@@ -179,6 +187,13 @@ class _TableChanges:
         picks = [index.get(c.name) for c in new_rel.columns]
         self.rows = [tuple(None if i is None else r[i] for i in picks) for r in self.rows]
         self.rel = new_rel
+
+
+def _copy(batch: DiffBatch) -> DiffBatch:
+    """Another batch of the same diffs (Arrow arrays are immutable: shared)."""
+    if batch.columns is not None:
+        return DiffBatch.from_columns(batch.columns, batch.column_weights)
+    return DiffBatch(list(batch.rows), list(batch.weights))
 
 
 def _missing_old_row(rel: Relation, what: str) -> ViewError:
@@ -279,6 +294,7 @@ class CdcReader:
         after_lsn: int | str = 0,
         wait_timeout_s: float = 60.0,
         max_buffered_changes: int = 0,
+        columnar: bool = True,
     ) -> None:
         if not _SLOT_NAME.match(slot):
             raise ViewError(
@@ -304,6 +320,9 @@ class CdcReader:
         self.max_buffered_changes = max_buffered_changes
         self.spilled_transactions = 0  # how many polled transactions spilled (counters)
         self.spilled_chunks = 0
+        # decode a peek's row changes column-wise (engine.postgres.columnar_assembly); False:
+        # message by message with PgOutputDecoder (the reference the columnar path equals)
+        self.columnar = columnar
 
     # -- connection -----------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -688,6 +707,7 @@ class CdcReader:
         past ``max_buffered_changes`` go to disk. Returns (transactions, skipped messages,
         messages read)."""
         counted = _Counted()
+        bound = self.max_buffered_changes
         with self.slot_lock() as conn, conn.cursor(name="incview_peek", binary=True) as cur:
             cur.itersize = _FETCH
             try:
@@ -701,7 +721,15 @@ class CdcReader:
                         quote_ident(self.publication),
                     ),
                 )
-                txs, skipped = self._assemble(counted.over(cur), self.max_buffered_changes)
+                if not self.columnar:
+                    txs, skipped = self._assemble(counted.over(cur), bound)
+                    return txs, skipped, counted.n
+                # blocks of at most the bound: a transaction holds at most ~2x the bound in RAM
+                assembler = ColumnarAssembler(self, bound)
+                while block := cur.fetchmany(min(_FETCH, bound) if bound > 0 else _FETCH):
+                    counted.n += len(block)
+                    assembler.feed([r[0] for r in block])
+                txs, skipped = assembler.finish()
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
         return txs, skipped, counted.n
@@ -713,6 +741,10 @@ class CdcReader:
         Returns the transactions and the number of messages of skipped (old) transactions. With
         ``spill_after``, a transaction's gathered diffs move to disk each time they reach that
         many (``Transaction.spilled``)."""
+        if self.columnar:
+            assembler = ColumnarAssembler(self, spill_after)
+            assembler.feed(messages if isinstance(messages, list) else list(messages))
+            return assembler.finish()
         decoder = self.decoder
         decode = decoder.decode
         relations = decoder.relations
@@ -755,7 +787,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old is None or ev.old_is_key:
-                    self._old_row_missing(acc, ev.oid, "an UPDATE")
+                    self._old_row_missing(acc.rel, ev.oid, "an UPDATE")
+                    acc.clear()
                     continue
                 acc.rows += (ev.old, ev.new)
                 acc.weights += (-1, 1)
@@ -766,7 +799,8 @@ class CdcReader:
                 if acc is None:
                     acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
                 if ev.old_is_key:
-                    self._old_row_missing(acc, ev.oid, "a DELETE")
+                    self._old_row_missing(acc.rel, ev.oid, "a DELETE")
+                    acc.clear()
                     continue
                 acc.rows.append(ev.old)
                 acc.weights.append(-1)
@@ -782,7 +816,11 @@ class CdcReader:
             elif kind == 67:  # C
                 commit = decode(data)
                 assert isinstance(commit, Commit) and begin is not None
-                tx = self._transaction(begin, commit, tables)
+                held = {
+                    oid: (acc.rel, DiffBatch(acc.rows, acc.weights), acc.truncated)
+                    for oid, acc in tables.items()
+                }
+                tx = self._transaction(begin, commit, held)
                 if spill is not None:
                     tx.spilled = spill
                     spill = None
@@ -803,33 +841,29 @@ class CdcReader:
                     acc = tables.get(oid)
                     if acc is None:
                         acc = tables[oid] = _TableChanges(relations[oid])
-                    acc.rows.clear()
-                    acc.weights.clear()
-                    acc.truncated = True
+                    acc.clear()
                     if spill is not None:
                         spill.truncate(acc.rel.qualified_name)
             else:  # O (origin), Y (type), M (message): nothing to gather
                 decode(data)
         return txs, skipped
 
-    def _old_row_missing(self, acc: _TableChanges, oid: int, what: str) -> None:
+    def _old_row_missing(self, rel: Relation, oid: int, what: str) -> None:
         """A change arrived without its old row: an error (``_missing_old_row``), unless the
         table is a partition or inheritance child of another, one created or attached after the
         views were (the engine gives those REPLICA IDENTITY FULL when it notices them, which may
-        be after their first UPDATE): then the transaction counts as a TRUNCATE of the table,
-        and the views reading it or its parents re-populate from a snapshot holding it."""
+        be after their first UPDATE): then the transaction counts as a TRUNCATE of the table
+        (the caller drops its diffs so far and marks it truncated), and the views reading it or
+        its parents re-populate from a snapshot holding it."""
         parents = self.ancestors_of(oid)
         if not parents:
-            raise _missing_old_row(acc.rel, what)
+            raise _missing_old_row(rel, what)
         log.warning(
             "%s of %s (below %s) arrived without the old row: its views are re-populated",
             what,
-            acc.rel.qualified_name,
+            rel.qualified_name,
             ", ".join(parents),
         )
-        acc.rows.clear()
-        acc.weights.clear()
-        acc.truncated = True
 
     def _spill(
         self, tables: dict[int, _TableChanges], spill: SpilledChanges | None
@@ -848,40 +882,45 @@ class CdcReader:
         return spill
 
     def _transaction(
-        self, begin: Begin, commit: Commit, tables: dict[int, _TableChanges]
+        self,
+        begin: Begin,
+        commit: Commit,
+        tables: dict[int, tuple[Relation, DiffBatch, bool]],
     ) -> Transaction:
+        """The transaction of ``tables``: per relation oid its shape at the end, its diffs
+        (rows or Arrow columns) and whether it was truncated."""
         tx = Transaction(begin.xid, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
-        for acc in tables.values():
-            name = acc.rel.qualified_name
-            batch = tx.changes.get(name)
-            if batch is None:
-                tx.changes[name] = DiffBatch(acc.rows, acc.weights)
+        for rel, batch, truncated in tables.values():
+            name = rel.qualified_name
+            have = tx.changes.get(name)
+            if have is None:
+                tx.changes[name] = batch
             else:  # the same name under two oids (table dropped and re-created)
-                batch.rows.extend(acc.rows)
-                batch.weights.extend(acc.weights)
-            tx.relations[name] = acc.rel
-            if acc.truncated:
+                tx.changes[name] = DiffBatch.concat([have, batch])
+            tx.relations[name] = rel
+            if truncated:
                 tx.truncated.add(name)
         # a partition's or inheritance child's changes are also changes of every table above it
         # (``SELECT ... FROM parent`` reads them): reported under each ancestor's name too, rows
         # as the first such table's relation has them (by column name; a child's extra columns
         # another child lacks are None: no view of the parent reads them)
-        for oid, acc in tables.items():
+        for oid, (rel, batch, truncated) in tables.items():
             for parent in self.ancestors_of(oid):
-                batch = tx.changes.get(parent)
-                if batch is None:
-                    tx.changes[parent] = DiffBatch(list(acc.rows), list(acc.weights))
-                    tx.relations[parent] = acc.rel
+                have = tx.changes.get(parent)
+                if have is None:
+                    tx.changes[parent] = _copy(batch)
+                    tx.relations[parent] = rel
                 else:
-                    rel = tx.relations[parent]
-                    rows = acc.rows
-                    if rel.column_names != acc.rel.column_names:
-                        index = {n: i for i, n in enumerate(acc.rel.column_names)}
-                        picks = [index.get(n) for n in rel.column_names]
-                        rows = [tuple(None if i is None else r[i] for i in picks) for r in rows]
-                    batch.rows.extend(rows)
-                    batch.weights.extend(acc.weights)
-                if acc.truncated:
+                    shape = tx.relations[parent]
+                    if shape.column_names != rel.column_names:
+                        index = {n: i for i, n in enumerate(rel.column_names)}
+                        picks = [index.get(n) for n in shape.column_names]
+                        rows = [
+                            tuple(None if i is None else r[i] for i in picks) for r in batch.rows
+                        ]
+                        batch = DiffBatch(rows, list(batch.weights))
+                    tx.changes[parent] = DiffBatch.concat([have, batch])
+                if truncated:
                     tx.truncated.add(parent)
         return tx
 

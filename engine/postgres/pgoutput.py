@@ -108,13 +108,11 @@ class Relation:
     replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
     columns: tuple[Column, ...]
     qualified_name: str = field(init=False)
+    column_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "qualified_name", f"{self.schema}.{self.table}")
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
+        object.__setattr__(self, "column_names", tuple(c.name for c in self.columns))
 
     def same_shape(self, other: Relation) -> bool:
         return self.columns == other.columns
@@ -344,13 +342,7 @@ class PgOutputDecoder:
         rel = self.relations[oid]
         if old is None or old_is_key or UNCHANGED_TOAST in old:
             cols = [c.name for c, v in zip(rel.columns, new, strict=True) if v is UNCHANGED_TOAST]
-            raise ViewError(
-                f"an UPDATE of table {rel.qualified_name} left TOASTed column(s) "
-                f"{', '.join(cols)} unchanged and pgoutput did not send their values: the old "
-                f"row is needed to know them (replica identity is "
-                f"{_IDENTITY_NAMES.get(rel.replica_identity, rel.replica_identity)}); run "
-                f"{replica_identity_fix(rel.schema, rel.table)}"
-            )
+            raise unchanged_toast_error(rel, cols)
         return tuple(o if v is UNCHANGED_TOAST else v for v, o in zip(new, old, strict=True))
 
     def _tuple_error(self, oid: int, exc: Exception) -> Exception:
@@ -368,11 +360,7 @@ class PgOutputDecoder:
             )
         if isinstance(exc, _ColumnValueError):
             i, raw, cause = exc.args
-            col = rel.columns[i]
-            return ViewError(
-                f"cannot read value {raw!r} of column {rel.qualified_name}.{col.name} "
-                f"(type oid {col.type_oid}): {cause}"
-            )
+            return value_error(rel, i, raw, cause)
         return ViewError(f"cannot decode a change of table {rel.qualified_name}: {exc!r}")
 
     def _unknown_relation(self, oid: int) -> ViewError:
@@ -383,6 +371,26 @@ class PgOutputDecoder:
 
 
 _IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+
+
+def unchanged_toast_error(rel: Relation, columns: list[str]) -> ViewError:
+    """An UPDATE left TOASTed ``columns`` unchanged ('u') and no full old row holds their values."""
+    return ViewError(
+        f"an UPDATE of table {rel.qualified_name} left TOASTed column(s) "
+        f"{', '.join(columns)} unchanged and pgoutput did not send their values: the old "
+        f"row is needed to know them (replica identity is "
+        f"{_IDENTITY_NAMES.get(rel.replica_identity, rel.replica_identity)}); run "
+        f"{replica_identity_fix(rel.schema, rel.table)}"
+    )
+
+
+def value_error(rel: Relation, i: int, raw: str, cause: Exception) -> ViewError:
+    """Value ``raw`` (text) of column ``i`` of ``rel`` could not be parsed."""
+    col = rel.columns[i]
+    return ViewError(
+        f"cannot read value {raw!r} of column {rel.qualified_name}.{col.name} "
+        f"(type oid {col.type_oid}): {cause}"
+    )
 
 
 class _ColumnCountError(Exception):

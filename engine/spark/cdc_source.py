@@ -72,8 +72,7 @@ def _parts(tx: Transaction, tables: set[str] | None) -> Iterator[Transaction]:
             if have is None:
                 part.changes[table] = DiffBatch(list(rows), list(weights))
             else:
-                have.rows.extend(rows)
-                have.weights.extend(weights)
+                have.extend(DiffBatch(rows, weights))
             part.relations[table] = tx.relations[table]
             size += len(rows)
     if size or part is first:
@@ -143,8 +142,7 @@ def transactions_from_rows(
                 if have is None:
                     tx.changes[table] = batch
                 else:
-                    have.rows.extend(batch.rows)
-                    have.weights.extend(batch.weights)
+                    have.extend(batch)
     return list(txs.values())
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -130,10 +131,18 @@ def text_to_jsonb(s: str) -> str:
     return jsonb_out(v)
 
 
+def text_to_json(s: str) -> str:
+    """json input: checked as Postgres checks it, kept as written."""
+    _parse_json(s)
+    return s
+
+
 def jsonb_get(doc: str, key: str | int, as_text: bool) -> str | None:
     """``doc -> key`` (jsonb text) or ``doc ->> key`` (text); None where Postgres gives NULL."""
     v = _parse_json(doc)
     if isinstance(key, int):
+        if not isinstance(v, (list, dict)):
+            v = [v]  # Postgres keeps a scalar as a one-element array: '"a"'::jsonb -> 0 is "a"
         if not isinstance(v, list):
             return None
         if key < 0:
@@ -226,8 +235,9 @@ def _address_text(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 
 
 def text_to_inet(s: str) -> str:
+    """inet input (no blanks around the address, as Postgres)."""
     try:
-        i = ipaddress.ip_interface(s.strip())
+        i = ipaddress.ip_interface(s)
     except ValueError:
         raise EvalError(f'invalid input syntax for type inet: "{s}"') from None
     addr = _address_text(i.ip)
@@ -241,9 +251,64 @@ def inet_text(v: str) -> str:
     return v + ("/128" if ":" in v else "/32")
 
 
+_IPV4_CIDR = re.compile(r"([0-9]+(?:\.[0-9]+){0,3})(?:/([0-9]+))?")
+
+
+def _ipv4_cidr(s: str) -> ipaddress.IPv4Network | None:
+    """Postgres' IPv4 cidr input (inet_net_pton_ipv4): 1 to 4 decimal octets, the missing ones
+    zero, and without a /width the width of the address class, widened to the octets given
+    ('10' is 10.0.0.0/8, '1.5' 1.5.0.0/16, '192.168.1' 192.168.1.0/24). None: not of this form;
+    raises ValueError for bits right of the mask."""
+    m = _IPV4_CIDR.fullmatch(s)
+    if m is None:
+        return None
+    octets = [int(o) for o in m.group(1).split(".")]
+    if any(o > 255 for o in octets) or (m.group(2) is not None and int(m.group(2)) > 32):
+        raise _BadSyntax
+    if m.group(2) is not None:
+        bits = int(m.group(2))
+    else:
+        first = octets[0]
+        bits = (
+            32
+            if first >= 240
+            else 8
+            if first >= 224
+            else 24
+            if first >= 192
+            else 16
+            if first >= 128
+            else 8
+        )
+        bits = max(bits, 8 * len(octets))
+        if bits == 8 and first == 224:
+            bits = 4
+    address = ".".join(map(str, octets + [0] * (4 - len(octets))))
+    return ipaddress.IPv4Network(f"{address}/{bits}", strict=True)
+
+
+class _BadSyntax(ValueError):
+    pass
+
+
+def cidr_to_inet(v: str) -> str:
+    """cidr -> inet: the same network as inet prints it (no /32 or /128 on a single address)."""
+    address, _, bits = v.partition("/")
+    return address if bits == ("128" if ":" in address else "32") else v
+
+
 def text_to_cidr(s: str) -> str:
+    """cidr input: text that is no network at all is invalid input syntax; a network with bits
+    set right of its mask ('10.0.0.1/8') is an invalid cidr value, as Postgres says."""
     try:
-        n = ipaddress.ip_network(s.strip(), strict=True)
+        if _IPV4_CIDR.fullmatch(s) is None:
+            ipaddress.ip_network(s, strict=False)
+    except ValueError:
+        raise EvalError(f'invalid input syntax for type cidr: "{s}"') from None
+    try:
+        n = _ipv4_cidr(s) or ipaddress.ip_network(s, strict=True)
+    except _BadSyntax:
+        raise EvalError(f'invalid input syntax for type cidr: "{s}"') from None
     except ValueError:
         raise EvalError(f'invalid cidr value: "{s}"') from None
     return f"{_address_text(n.network_address)}/{n.prefixlen}"
@@ -278,6 +343,17 @@ def text_to_array(element: Callable[[bytes], Any]) -> Callable[[str], tuple]:
             raise EvalError(f'malformed array literal: "{s}"') from None
 
     return to_array
+
+
+def array_map(convert: Callable[[Any], Any]) -> Callable[[tuple], tuple]:
+    """An array cast: ``convert`` applied to each non-NULL element, at any depth."""
+
+    def cast(value: tuple) -> tuple:
+        return tuple(
+            cast(v) if isinstance(v, tuple) else None if v is None else convert(v) for v in value
+        )
+
+    return cast
 
 
 def array_subscript(value: tuple, index: int) -> Any:

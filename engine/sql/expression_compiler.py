@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import decimal
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -40,8 +41,10 @@ from engine.sql.time_zone import current_time_zone
 from engine.sql.types import (
     BIGINT,
     BOOLEAN,
+    BYTEA,
     DATE,
     DOUBLE,
+    INET,
     INT_RANGES,
     INTEGER,
     INTERVAL,
@@ -63,6 +66,8 @@ __all__ = [
     "ColumnRef",
     "CompiledExpressions",
     "DIALECT",
+    "ExpressionTypes",
+    "Typed",
     "compile_expressions",
     "compile_predicate",
     "parse_expression",
@@ -124,6 +129,69 @@ def compile_predicate(
             )
         code = e.code
     return c.finish(code)
+
+
+class Typed:
+    """An expression as the row compiler types it, for another back end of the same semantics
+    (``engine.sql.vector_expressions``): its SQL type, its value when the compiler folded it to
+    a constant, the input column it is (a bare column reference), and, for an operand returned
+    by one of ``ExpressionTypes``' coercions, whether a value conversion was applied (False: the
+    value is used as it is, possibly under another type's name, e.g. an int compared with a
+    numeric)."""
+
+    __slots__ = ("type", "const", "value", "column", "converted")
+
+    def __init__(self, e: _E, before: _E | None = None) -> None:
+        self.type: SqlType = e.type
+        self.const: bool = e.is_const
+        self.value: Any = e.value if e.is_const else None
+        self.column: int | None = int(e.code[1:]) if _COLUMN_CODE.fullmatch(e.code) else None
+        self.converted: bool = before is not None and e.code != before.code
+
+    def __repr__(self) -> str:
+        what = f"const {self.value!r}" if self.const else f"column {self.column}"
+        return f"Typed({self.type}, {what}, converted={self.converted})"
+
+
+class ExpressionTypes:
+    """The row compiler's typing decisions over ``columns``, without generating code to run:
+    the type of an expression (constants folded) and the implicit conversions Postgres applies
+    to the operands of comparisons, arithmetic, IN lists and CASE/COALESCE/NULLIF. Raises
+    ``UnsupportedSQL`` exactly where ``compile_expressions`` does."""
+
+    def __init__(self, columns: list[ColumnRef]) -> None:
+        self._c = _Compiler(columns)
+
+    def typed(self, node: exp.Expression) -> Typed:
+        return Typed(self._c.compile(node))
+
+    def boolean(self, node: exp.Expression) -> Typed:
+        """``node`` as an argument of AND/OR/NOT/CASE WHEN (an untyped literal read as boolean)."""
+        before = self._c.compile(node)
+        return Typed(self._c._bool(node), before)
+
+    def comparison(self, node: exp.Expression) -> tuple[Typed, Typed]:
+        """The operands of a comparison (``=``, ``<``, IS DISTINCT FROM...) as they are compared."""
+        a, b = self._c.compile(node.this), self._c.compile(node.expression)
+        a2, b2 = self._c._compare_operands(a, b, node)
+        return Typed(a2, a), Typed(b2, b)
+
+    def arithmetic(self, node: exp.Expression) -> tuple[Typed, Typed]:
+        """The operands of ``+ - * / %`` (an untyped literal takes the other side's type)."""
+        a, b = self._c.compile(node.this), self._c.compile(node.expression)
+        a2, b2 = self._c._arith_types(a, b, node)
+        return Typed(a2, a), Typed(b2, b)
+
+    def unified(
+        self, nodes: list[exp.Expression], node: exp.Expression, what: str, free: bool = False
+    ) -> tuple[list[Typed], SqlType]:
+        """``nodes`` converted to their common type (IN lists, CASE results, COALESCE...)."""
+        es = [self._c.compile(n) for n in nodes]
+        out, t = self._c.unify(es, node, what, free)
+        return [Typed(e2, e) for e2, e in zip(out, es, strict=True)], t
+
+
+_COLUMN_CODE = re.compile(r"c[0-9]+")
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -199,6 +267,7 @@ _FROM_TEXT = {
     TypeKind.UUID: CV.text_to_uuid,
     TypeKind.BYTEA: CV.text_to_bytea,
     TypeKind.JSONB: CV.text_to_jsonb,
+    TypeKind.JSON: CV.text_to_json,
     TypeKind.INET: CV.text_to_inet,
     TypeKind.CIDR: CV.text_to_cidr,
 }
@@ -511,6 +580,8 @@ class _Compiler:
             src = TEXT
             if to.kind is TypeKind.INTERVAL and e.is_const:
                 return self.interval_literal(e.value, node)
+        if not to.is_string:
+            e = self.padded(e)  # the input function reads character(n)'s padded text
         conv = self._cast_fn(src, to, node)
         if conv is None:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
@@ -551,6 +622,10 @@ class _Compiler:
 
                 return trunc, False
             return (base, False) if base else None
+        if s is TypeKind.ARRAY and t is TypeKind.ARRAY and src.element != to.element:
+            conv = self._cast_fn(src.element, to.element, node)  # element by element
+            if conv is not None:
+                return CV.array_map(conv[0]), conv[1]
         if s == t:
             return None
         if src.is_integer and to.is_integer:
@@ -575,15 +650,21 @@ class _Compiler:
                 return F.numeric_to_float8, True
             if t is TypeKind.REAL:
                 return (lambda v: F.to_float4(float(v))), True
+        if s is TypeKind.REAL and t is not TypeKind.REAL:
+            # from the real's exact single-precision value (F.float4_to_float8), as Postgres
+            if t is TypeKind.DOUBLE:
+                return F.float4_to_float8, False
+            if t is TypeKind.NUMERIC:  # float4_numeric: FLT_DIG (6) significant digits
+                return (lambda v: F.float_to_numeric(F.float4_to_float8(v), 6)), False
+            if to.is_integer:
+                lo, hi, msg = INT_RANGES[t]
+                return (lambda v: F.float_to_int(F.float4_to_float8(v), lo, hi, msg)), True
         if src.is_float:
             if to.is_integer:
                 lo, hi, msg = INT_RANGES[t]
                 return (lambda v: F.float_to_int(v, lo, hi, msg)), True
             if t is TypeKind.NUMERIC:
-                digits = 15 if s is TypeKind.DOUBLE else 6
-                return (lambda v: F.float_to_numeric(v, digits)), False
-            if t is TypeKind.DOUBLE:
-                return None
+                return (lambda v: F.float_to_numeric(v, 15)), False
             if t is TypeKind.REAL:
                 return F.to_float4, True
         if s is TypeKind.BOOLEAN and t is TypeKind.INTEGER:
@@ -614,6 +695,8 @@ class _Compiler:
                 conv = self._cast_fn(TEXT, to.element, node)
                 element = conv[0] if conv else (lambda v: v)
                 return CV.text_to_array(lambda b: element(b.decode())), True
+        if s is TypeKind.CIDR and t is TypeKind.INET:
+            return CV.cidr_to_inet, False
         if s is TypeKind.JSON and t is TypeKind.JSONB:
             return CV.text_to_jsonb, True
         if s is TypeKind.JSONB and t is TypeKind.JSON:
@@ -681,25 +764,40 @@ class _Compiler:
 
     def coerce(self, e: _E, to: SqlType, node: exp.Expression, free: bool = False) -> _E:
         """Implicit conversion to ``to``; with ``free`` (comparisons), int needs no conversion to
-        compare with numeric or float8 in Python."""
+        compare with numeric or float8 in Python (a bigint does with float8: Postgres rounds it
+        to float8 first, Python compares exactly)."""
+        if to.kind is TypeKind.CHAR and e.type.kind is not TypeKind.CHAR:
+            # text -> character: its trailing blanks do not count (the engine drops them)
+            e = self.cast(e, TEXT, node)
+            code, nullable = self.strict([e], lambda xs: f"{xs[0]}.rstrip(' ')")
+            return _E(code, SqlType(TypeKind.CHAR), nullable, e.raises)
         if e.type == to or e.type.unconstrained() == to.unconstrained():
             return e
-        if (
-            free
-            and e.type.is_integer
-            and to.kind in (TypeKind.NUMERIC, TypeKind.DOUBLE)
-            and not e.is_const
-        ):
+        exact = to.kind is TypeKind.NUMERIC or (
+            to.kind is TypeKind.DOUBLE and e.type.kind is not TypeKind.BIGINT
+        )
+        if free and e.type.is_integer and exact and not e.is_const:
             return _E(e.code, to, e.nullable, e.raises, e.value, e.simple)
         return self.cast(e, to.unconstrained(), node)
 
     def unify(
-        self, es: list[_E], node: exp.Expression, what: str, free: bool = False
+        self,
+        es: list[_E],
+        node: exp.Expression,
+        what: str,
+        free: bool = False,
+        select: bool = False,
     ) -> tuple[list[_E], SqlType]:
+        """The values of ``es`` converted to their common type. ``select``: Postgres'
+        ``select_common_type`` (CASE results, COALESCE, GREATEST/LEAST, IN), where of string
+        types the first wins (coalesce(v, t) is varchar, coalesce(ch, t) character), as each
+        converts to the others implicitly."""
         t = common_type([e.type for e in es])
         if t is None:
             names = " and ".join(str(e.type) for e in es)
             raise UnsupportedSQL(f"{what} types {names} cannot be matched {_where(node)}")
+        if select and t.is_string:
+            t = next((e.type for e in es if e.type.kind is not TypeKind.UNKNOWN), t)
         if any(e.type != t for e in es) and t != t.unconstrained():
             # Postgres keeps a typmod (numeric(10,2), varchar(10)) only when every input has it;
             # a NULL or other literal coerced to the type has none
@@ -818,7 +916,9 @@ class _Compiler:
         if ta.is_numeric_category and tb.is_numeric_category:
             # Postgres compares in float8; Python compares int/float exactly (same for |x| < 2**53)
             wide = TypeKind.NUMERIC in (ta.kind, tb.kind) or TypeKind.BIGINT in (ta.kind, tb.kind)
-            if ta.is_float != tb.is_float and wide:
+            # a real against anything but a real: its exact single-precision value in float8
+            real = TypeKind.REAL in (ta.kind, tb.kind) and ta.kind is not tb.kind
+            if ta.is_float != tb.is_float and wide or real:
                 return self.cast(a, DOUBLE, node), self.cast(b, DOUBLE, node)
             return a, b
         t = common_type([ta, tb])
@@ -845,6 +945,16 @@ class _Compiler:
             e = self.cast(e, TEXT, node)
         code, nullable = self.strict([e], lambda xs: f"{xs[0]}.rstrip(' ')")
         return _E(code, TEXT, nullable, e.raises)
+
+    def padded(self, e: _E) -> _E:
+        """A character(n) value with its padding, where Postgres reads it so (its output in
+        concat(), casts through text input, the subject of LIKE, octet_length): the engine
+        carries it unpadded (``engine.postgres.values.parse_bpchar``)."""
+        if e.type.kind is not TypeKind.CHAR or e.type.length is None:
+            return e
+        n = e.type.length
+        code, nullable = self.strict([e], lambda xs: f"{xs[0]}.ljust({n})")
+        return _E(code, e.type, nullable, e.raises)
 
     def _comparison(self, node: exp.Expression) -> _E:
         a, b = self._compare_operands(self.compile(node.this), self.compile(node.expression), node)
@@ -885,6 +995,11 @@ class _Compiler:
         a = self.compile(node.this)
         rhs = node.expression
         neg = bool(node.args.get("negate"))
+        if a.is_const:  # a literal ('yes' IS NULL): known now
+            if isinstance(rhs, exp.Null):
+                return self.literal((a.value is None) != neg, BOOLEAN)
+            if isinstance(rhs, exp.Boolean) and a.type.kind is TypeKind.BOOLEAN:
+                return self.literal((a.value is bool(rhs.this)) != neg, BOOLEAN)
         if isinstance(rhs, exp.Null):
             code = f"({a.code} is {'not ' if neg else ''}None)"
         elif isinstance(rhs, exp.Boolean):
@@ -917,7 +1032,8 @@ class _Compiler:
         kinds = {e.type.kind for e in (x, *items)}
         if TypeKind.CHAR in kinds and kinds <= {TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN}:
             x, *items = (self._unpadded(e, node) for e in (x, *items))  # bpchar: see _compare
-        unified, t = self.unify([x, *items], node, "IN", free=True)
+        unified, t = self.unify([x, *items], node, "IN", free=True, select=True)
+        _no_json_equality(t, node)
         x, items = unified[0], unified[1:]
         # a NaN constant: the comparisons below know NaN = NaN, a set lookup only the shared one
         if all(i.is_const and i.value == i.value for i in items):
@@ -977,7 +1093,7 @@ class _Compiler:
     def _like(self, node: exp.Expression, escape: str | None) -> _E:
         icase = isinstance(node, exp.ILike)
         neg = bool(node.args.get("negate"))
-        s = self._text_arg(node.this, "LIKE")
+        s = self.padded(self._text_arg(node.this, "LIKE"))  # bpcharlike: the padded subject
         p = self._text_arg(node.expression, "LIKE")
         if p.is_const and p.value is not None:
             pattern = F.ascii_lower(p.value) if icase else p.value
@@ -1039,10 +1155,12 @@ class _Compiler:
             raise UnsupportedSQL(
                 f"operator is not unique: unknown {_op_symbol(node)} unknown {_where(node)}"
             )
+        # interval * and / take a float8 (interval * '1.5'); else the literal takes the other type
+        scale = type(node) in (exp.Mul, exp.Div) and TypeKind.INTERVAL in (a.type.kind, b.type.kind)
         if a.type.kind is TypeKind.UNKNOWN:
-            a = self.cast(a, b.type.unconstrained(), node)
+            a = self.cast(a, DOUBLE if scale else b.type.unconstrained(), node)
         if b.type.kind is TypeKind.UNKNOWN:
-            b = self.cast(b, a.type.unconstrained(), node)
+            b = self.cast(b, DOUBLE if scale else a.type.unconstrained(), node)
         return a, b
 
     def _binary(self, node: exp.Expression) -> _E:
@@ -1078,8 +1196,10 @@ class _Compiler:
             return self._fold(a, b, build, t, True)
         if ta.is_float or tb.is_float:
             t = REAL if ta.kind is TypeKind.REAL and tb.kind is TypeKind.REAL else DOUBLE
-            a = self.cast(a, DOUBLE, node) if ta.kind is TypeKind.NUMERIC else a
-            b = self.cast(b, DOUBLE, node) if tb.kind is TypeKind.NUMERIC else b
+            # in float8, a real as its exact single-precision value (float4pl and the like
+            # round the float8 result to real again, below)
+            a = self.cast(a, DOUBLE, node) if ta.kind in (TypeKind.NUMERIC, TypeKind.REAL) else a
+            b = self.cast(b, DOUBLE, node) if tb.kind in (TypeKind.NUMERIC, TypeKind.REAL) else b
             if op == "%":
                 raise UnsupportedSQL(f"operator does not exist: {ta} % {tb} {_where(node)}")
             if op in "+-":
@@ -1122,14 +1242,13 @@ class _Compiler:
         ka, kb = a.type.kind, b.type.kind
         D, TS, IV = TypeKind.DATE, TypeKind.TIMESTAMP, TypeKind.INTERVAL
         TZ = TypeKind.TIMESTAMPTZ
-        if op == "+" and (kb in (D, TS, TZ) and (ka is IV or a.type.is_integer)):
+        INT4 = (TypeKind.SMALLINT, TypeKind.INTEGER)  # date + bigint does not exist
+        if op == "+" and (kb in (D, TS, TZ) and (ka is IV or ka in INT4)):
             a, b, ka, kb = b, a, kb, ka
         if TZ in (ka, kb):
             return self._zoned_op(op, a, b, node)
-        if ka is D and b.type.is_integer and op in "+-":
-            fn = F.date_plus_days
-            if op == "-":
-                b = self._neg(b, node)
+        if ka is D and kb in INT4 and op in "+-":
+            fn = F.date_plus_days if op == "+" else F.date_minus_days
             return self.call(fn, [a, b], DATE)
         if ka is D and kb is D and op == "-":
             code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} - {xs[1]}).days")
@@ -1151,8 +1270,7 @@ class _Compiler:
         if op == "*" and kb is IV and (a.type.is_numeric_category or ka is TypeKind.UNKNOWN):
             a, b, ka, kb = b, a, kb, ka
         if ka is IV and op in "*/" and (b.type.is_numeric_category or kb is TypeKind.UNKNOWN):
-            if kb is TypeKind.UNKNOWN:
-                b = self.cast(b, DOUBLE, node)
+            b = self.cast(b, DOUBLE, node)  # interval_mul(interval, float8): a real widened
             fn = PI.interval_mul if op == "*" else PI.interval_div
             return self.call(fn, [a, b], INTERVAL)
         return None
@@ -1204,15 +1322,30 @@ class _Compiler:
         raise UnsupportedSQL(f"operator does not exist: - {t} {_where(node)}")
 
     def c_Neg(self, node: exp.Neg) -> _E:
-        return self._neg(self.compile(node.this), node)
+        a = self.compile(node.this)
+        if a.type.kind is TypeKind.UNKNOWN:  # - NULL, - '1': several operators would fit
+            raise UnsupportedSQL(f"operator is not unique: - unknown {_where(node)}")
+        return self._neg(a, node)
 
     # -- strings -------------------------------------------------------------------------------
     def c_DPipe(self, node: exp.DPipe) -> _E:
         a, b = self.compile(node.this), self.compile(node.expression)
+        kinds = {a.type.kind, b.type.kind}
+        if kinds <= {TypeKind.BYTEA, TypeKind.UNKNOWN} and TypeKind.BYTEA in kinds:  # byteacat
+            a, b = self.cast(a, BYTEA, node), self.cast(b, BYTEA, node)
+            code, nullable = self.strict([a, b], lambda xs: f"({xs[0]} + {xs[1]})")
+            return _E(code, BYTEA, nullable, a.raises or b.raises)
         if not (a.type.is_string or a.type.kind is TypeKind.UNKNOWN) and not (
             b.type.is_string or b.type.kind is TypeKind.UNKNOWN
         ):
             raise UnsupportedSQL(f"operator does not exist: {a.type} || {b.type} {_where(node)}")
+        if kinds == {TypeKind.JSONB, TypeKind.UNKNOWN}:  # jsonb || jsonb, the literal as jsonb
+            raise _unsupported(node, "jsonb || jsonb (concatenating json documents)")
+        if TypeKind.ARRAY in kinds:  # anyarray || anyelement: not text
+            raise UnsupportedSQL(
+                f"operator does not exist: {a.type} || {b.type} {_where(node)}; incview does "
+                "not concatenate arrays"
+            )
         a, b = self.cast(a, TEXT, node), self.cast(b, TEXT, node)
         if a.is_const and b.is_const:
             return self.literal(None if None in (a.value, b.value) else a.value + b.value, TEXT)
@@ -1223,14 +1356,14 @@ class _Compiler:
         parts = []
         raises = False
         for arg in node.expressions:
-            e = self.compile(arg)
+            e = self.padded(self.compile(arg))  # each argument's output text
             raises |= e.raises
             if e.is_const and e.value is None:
                 continue
             if e.type.kind is TypeKind.BOOLEAN:
                 conv = "_F.bool_out"
-            elif e.type.is_string or e.type.kind is TypeKind.UNKNOWN:
-                conv = ""
+            elif e.type.is_string or e.type.kind is TypeKind.UNKNOWN or e.type.text_carried:
+                conv = ""  # (jsonb, inet, cidr, enum: the value is its output text)
             else:
                 conv = self.helper(self._to_text(e.type, arg))
             if e.nullable:
@@ -1264,19 +1397,23 @@ class _Compiler:
             return self.cast(e, INTEGER, node)
         if e.type.kind in (TypeKind.SMALLINT, TypeKind.INTEGER):
             return e
-        if e.type.kind in (TypeKind.BIGINT, TypeKind.NUMERIC) or e.type.is_float:
-            return self.cast(e, INTEGER, node)
-        raise UnsupportedSQL(f"an integer argument is required, not {e.type} {_where(node)}")
+        # Postgres converts bigint, numeric and floats to integer only when told: its function
+        # (left(text, bigint)...) does not exist
+        raise UnsupportedSQL(
+            f"an integer argument is required, not {e.type} {_where(node)}; Postgres casts "
+            f"{e.type} to integer only explicitly: add ::int"
+        )
 
     def c_Substring(self, node: exp.Substring) -> _E:
         s = self._text_arg(node.this, "substring")
-        start = (
-            self._int_arg(node.args["start"])
-            if node.args.get("start")
-            else self.literal(1, INTEGER)
-        )
-        if start.type.is_string:
+        given = [node.args[k] for k in ("start", "length") if node.args.get(k) is not None]
+        kinds = [self.compile(a).type.kind for a in given]
+        if kinds and (
+            kinds[0] in (TypeKind.TEXT, TypeKind.VARCHAR, TypeKind.CHAR)
+            or all(k is TypeKind.UNKNOWN for k in kinds)
+        ):  # substring(s from 'x'), substring(s, '2', '3'): Postgres' regular expression forms
             raise _unsupported(node, "substring(... from <pattern>)")
+        start = self._int_arg(given[0]) if given else self.literal(1, INTEGER)
         args = [s, start]
         if node.args.get("length") is not None:
             args.append(self._int_arg(node.args["length"]))
@@ -1342,11 +1479,19 @@ class _Compiler:
         results.append(
             self.compile(default) if default is not None else self.literal(None, UNKNOWN)
         )
-        results, t = self.unify(results, node, "CASE")
+        # Postgres resolves the result type from the ELSE branch first, then the THENs
+        if default is not None:
+            unified, t = self.unify([results[-1], *results[:-1]], node, "CASE", select=True)
+            results = [*unified[1:], unified[0]]
+        else:
+            results, t = self.unify(results, node, "CASE", select=True)
         if subject is not None:
             subj = self.compile(subject)
+            if subj.type.kind is TypeKind.UNKNOWN:  # Postgres reads an untyped subject as text
+                subj = self.cast(subj, TEXT, node)
             whens = [self.compile(i.this) for i in ifs]
-            unified, _ct = self.unify([subj, *whens], node, "CASE/WHEN", free=True)
+            unified, ct = self.unify([subj, *whens], node, "CASE/WHEN", free=True)
+            _no_json_equality(ct, node)
             subj, whens = unified[0], unified[1:]
             if subj.simple:
                 name, first = subj.code, subj.code
@@ -1354,8 +1499,20 @@ class _Compiler:
                 name = self.tmp()
                 first = f"({name} := {subj.code})"
             conds = []
-            for k, w in enumerate(whens):
-                conds.append(f"{first if k == 0 else name} == {w.code}")
+            for k, w in enumerate(whens):  # Postgres' x = w: NULL if either is NULL, NaN = NaN
+                x = first if k == 0 else name
+                if w.is_const and w.value is None:
+                    conds.append(f"({x} is None and False)" if x != name else "False")
+                    continue
+                if w.simple or not w.nullable:
+                    wn, wtest = w.code, (f" and {w.code} is not None" if w.nullable else "")
+                else:
+                    wn = self.tmp()
+                    wtest = f" and ({wn} := {w.code}) is not None"
+                eq = self.compare_code("==", subj, w, name, wn)
+                # a simple subject that is never NULL (a literal) needs no test (nor a walrus)
+                xtest = "True" if subj.simple and not subj.nullable else f"{x} is not None"
+                conds.append(f"({xtest}{wtest} and {eq})")
             raises = subj.raises or any(w.raises for w in whens)
         else:
             cond_es = [self._bool(i.this) for i in ifs]
@@ -1375,7 +1532,7 @@ class _Compiler:
 
     def c_Coalesce(self, node: exp.Coalesce) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
-        args, t = self.unify(args, node, "COALESCE")
+        args, t = self.unify(args, node, "COALESCE", select=True)
         code = None
         kept: list[_E] = []
         for a in args:
@@ -1396,19 +1553,24 @@ class _Compiler:
         return _E(code, t, kept[-1].nullable, any(a.raises for a in kept))
 
     def c_Nullif(self, node: exp.Nullif) -> _E:
+        """NULL if the arguments are equal (as ``=`` compares them), else the first argument,
+        of the type that operator takes it as (nullif(a, r) is double precision, nullif(si, a)
+        smallint, nullif(v, '') text)."""
         a, b = self.compile(node.this), self.compile(node.expression)
-        first = a.type
-        (a, b), t = self.unify([a, b], node, "NULLIF")
-        if first.kind is t.kind:
-            t = first  # the result is the first argument or NULL: its typmod survives
+        if a.type.kind is TypeKind.UNKNOWN and not (b.type.is_string or b.type.kind is a.type.kind):
+            a = self.cast(a, b.type.unconstrained(), node)  # a literal read as b's type
         n = self.tmp()
-        equal = self.compare_code("==", a, b, f"({n} := {a.code})", b.code)  # NaN = NaN
-        code = f"(None if {equal} else {n})"
-        return _E(code, t, True, a.raises or b.raises)
+        first = _E(n, a.type, a.nullable, False, simple=True)  # a, evaluated once
+        x, y = self._compare_operands(first, b, node)
+        t = _nullif_type(a.type, b.type, common_type([a.type, b.type]) or x.type)
+        result = self.coerce(first, t, node)
+        equal = self.compare_code("==", x, y, x.code, y.code)  # NaN = NaN
+        code = f"(None if ({n} := {a.code}, {equal})[1] else {result.code})"
+        return _E(code, t, True, a.raises or b.raises or result.raises)
 
     def _greatest_least(self, node: exp.Expression, fn: str) -> _E:
         args = [self.compile(a) for a in [node.this, *node.expressions]]
-        args, t = self.unify(args, node, fn.upper())
+        args, t = self.unify(args, node, fn.upper(), select=True)
         self._require_order(t, node, fn.upper())
         if not any(a.nullable for a in args) and t.kind not in _NAN_KINDS:
             return _E(
@@ -1471,8 +1633,7 @@ class _Compiler:
         if a.type.kind is TypeKind.NUMERIC:
             return self.call(F.numeric_trunc_scale, [a], NUMERIC, extra=f", {rounding!r}")
         a = self.cast(a, DOUBLE, node)
-        code, nullable = self.strict([a], lambda xs: f"float(_F.math.{pyfn}({xs[0]}))")
-        return _E(code, DOUBLE, nullable, True)
+        return self.call(F.float_floor if pyfn == "floor" else F.float_ceil, [a], DOUBLE, False)
 
     def c_Floor(self, node: exp.Floor) -> _E:
         return self._floor_ceil(node, decimal.ROUND_FLOOR, "floor")
@@ -1545,8 +1706,6 @@ class _Compiler:
             return self.zone_call(Z.from_local, [v], TIMESTAMPTZ, zone)
         raise _unsupported(node, f"AT TIME ZONE on {v.type}")
 
-    c_DateTrunc = c_TimestampTrunc
-
     def _extract(
         self, node: exp.Expression, field_name: str, arg: exp.Expression, as_float: bool
     ) -> _E:
@@ -1587,22 +1746,26 @@ class _Compiler:
     # -- jsonb and arrays ----------------------------------------------------------------------
     def _json_get(self, node: exp.Expression, as_text: bool) -> _E:
         doc = self.compile(node.this)
-        if doc.type.kind is TypeKind.UNKNOWN:
-            doc = self.cast(doc, JSONB, node)
+        if doc.type.kind is TypeKind.UNKNOWN:  # json's and jsonb's operators would both fit
+            op = "->>" if as_text else "->"
+            raise UnsupportedSQL(f"operator is not unique: unknown {op} unknown {_where(node)}")
         if doc.type.kind is not TypeKind.JSONB:
             raise _unsupported(node, f"-> / ->> on {doc.type}", "cast the value to jsonb")
         path = node.expression
-        if not isinstance(path, exp.JSONPath):
+        keys: list[str | int] = []
+        if isinstance(path, exp.Neg) and isinstance(path.this, exp.Literal) and path.this.is_int:
+            keys.append(-int(path.this.this))  # j -> -1: the last element
+        elif not isinstance(path, exp.JSONPath):
             raise _unsupported(node, "a key of -> / ->> that is not a constant")
-        steps = path.expressions[1:]
-        for n, step in enumerate(steps):
-            if isinstance(step, exp.JSONPathKey):
-                key: str | int = step.this
-            elif isinstance(step, exp.JSONPathSubscript) and isinstance(step.this, int):
-                key = step.this
-            else:
-                raise _unsupported(node, f"the json path step {step.sql()}")
-            last = n == len(steps) - 1
+        else:
+            for step in path.expressions[1:]:
+                index = isinstance(step, exp.JSONPathSubscript) and isinstance(step.this, int)
+                if isinstance(step, exp.JSONPathKey) or index:
+                    keys.append(step.this)
+                else:
+                    raise _unsupported(node, f"the json path step {step.sql()}")
+        for n, key in enumerate(keys):
+            last = n == len(keys) - 1
             text = as_text and last
             e = self.call(
                 CV.jsonb_get, [doc, self.literal(key, TEXT), self.literal(text, BOOLEAN)],
@@ -1625,12 +1788,18 @@ class _Compiler:
             raise _unsupported(node, f"{node.key} on {v.type}", "cast the value to jsonb")
         return v
 
+    def _jsonb_operands(self, node: exp.Expression, op: str) -> tuple[_E, _E]:
+        if all(isinstance(e, (exp.Literal, exp.Null)) for e in (node.this, node.expression)):
+            # two untyped literals: jsonb's, arrays' and ranges' operators would all fit
+            raise UnsupportedSQL(f"operator is not unique: unknown {op} unknown {_where(node)}")
+        return self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+
     def c_ArrayContainsAll(self, node: exp.ArrayContainsAll) -> _E:  # jsonb @> jsonb
-        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        a, b = self._jsonb_operands(node, "@>")
         return self.call(CV.jsonb_contains, [a, b], BOOLEAN, raises=False)
 
     def c_ArrayContainedBy(self, node: exp.ArrayContainedBy) -> _E:  # jsonb <@ jsonb
-        a, b = self._jsonb_operand(node, node.this), self._jsonb_operand(node, node.expression)
+        a, b = self._jsonb_operands(node, "<@")
         return self.call(CV.jsonb_contains, [b, a], BOOLEAN, raises=False)
 
     def c_JSONBContainsTopKey(self, node: exp.JSONBContainsTopKey) -> _E:  # jsonb ? text
@@ -1640,13 +1809,6 @@ class _Compiler:
             raise _unsupported(node, f"? with a {key.type} key")
         return self.call(CV.jsonb_has_key, [doc, key], BOOLEAN, raises=False)
 
-    def _jsonb_function(self, node: exp.Anonymous, name: str) -> _E:
-        (arg,) = node.expressions
-        doc = self._jsonb_operand(node, arg)
-        if name == "jsonb_typeof":
-            return self.call(CV.jsonb_typeof, [doc], TEXT, raises=False)
-        return self.call(CV.jsonb_array_length, [doc], INTEGER, raises=True)
-
     def c_Bracket(self, node: exp.Bracket) -> _E:
         arr = self.compile(node.this)
         if arr.type.kind is not TypeKind.ARRAY:
@@ -1654,14 +1816,24 @@ class _Compiler:
         if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
             raise _unsupported(node, "array slices and multi-dimensional subscripts")
         index = node.expressions[0]
-        if isinstance(index, exp.Literal) and not index.is_string:
-            i = self.literal(int(index.this) + 1, INTEGER)  # sqlglot stores it 0-based
-        else:
-            i = self.compile(index)
-            if not i.type.is_integer:
-                raise _unsupported(node, f"an array subscript of type {i.type}")
-        e = self.call(CV.array_subscript, [arr, i], arr.type.element, raises=False)
-        return _E(e.code, e.type, True, e.raises, e.value, e.simple)
+        i = self.compile(index)
+        if i.type.kind is TypeKind.UNKNOWN:
+            i = self.cast(i, INTEGER, node)
+        if not i.type.is_integer:
+            raise _unsupported(node, f"an array subscript of type {i.type}")
+        if _sqlglot_shifted(node):
+            if i.is_const and i.value is not None:
+                i = self.literal(i.value + 1, INTEGER)
+            else:
+                code, nullable = self.strict([i], lambda xs: f"({xs[0]} + 1)")
+                i = _E(code, i.type, nullable, i.raises)
+        # Postgres evaluates no subscript of a NULL array
+        t, u, fn = self.tmp(), self.tmp(), self.helper(CV.array_subscript)
+        code = (
+            f"(None if ({t} := {arr.code}) is None else "
+            f"(None if ({u} := {i.code}) is None else {fn}({t}, {u})))"
+        )
+        return _E(code, arr.type.element, True, arr.raises or i.raises)
 
     def _cardinality(self, node: exp.Expression, arg: exp.Expression) -> _E:
         arr = self.compile(arg)
@@ -1669,32 +1841,46 @@ class _Compiler:
             raise _unsupported(node, f"cardinality of {arr.type}")
         return self.call(CV.cardinality, [arr], INTEGER, raises=False)
 
+    # Functions sqlglot leaves anonymous: name -> (the numbers of arguments it takes, the
+    # method compiling a call). The inventory of the expression corpus reads this table.
+    FUNCTIONS: dict[str, tuple[tuple[int, ...], str]] = {
+        "cardinality": ((1,), "f_cardinality"),
+        "jsonb_typeof": ((1,), "f_jsonb_function"),
+        "jsonb_array_length": ((1,), "f_jsonb_function"),
+        F.RAISE_FUNCTION: ((2,), "f_raise"),  # written by the planner only
+        "date_part": ((2,), "f_date_part"),
+        "octet_length": ((1,), "f_octet_length"),
+    }
+
     def c_Anonymous(self, node: exp.Anonymous) -> _E:
         name = node.name.lower()
-        args = node.expressions
-        if name == "cardinality" and len(args) == 1:
-            return self._cardinality(node, args[0])
-        if name in ("jsonb_typeof", "jsonb_array_length") and len(args) == 1:
-            return self._jsonb_function(node, name)
-        if name == F.RAISE_FUNCTION and len(args) == 2:  # written by the planner only
-            like = self.compile(args[1])
-            return _E(f"{self.helper(F.raise_error)}({args[0].this!r})", like.type, True, True)
-        if name == "date_part" and len(args) == 2:
-            unit = args[0]
-            if not (isinstance(unit, exp.Literal) and unit.is_string):
-                raise _unsupported(node, "date_part with a non-constant field")
-            return self._extract(node, unit.this, args[1], as_float=True)
-        if name == "btrim" and len(args) in (1, 2):
-            return self.compile(
-                exp.Trim(this=args[0], expression=args[1] if len(args) > 1 else None)
-            )
-        if name == "strpos" and len(args) == 2:
-            return self.compile(exp.StrPosition(this=args[0], substr=args[1]))
-        if name == "octet_length" and len(args) == 1:
-            s = self._text_arg(args[0], "octet_length")
-            code, nullable = self.strict([s], lambda xs: f"len({xs[0]}.encode())")
-            return _E(code, INTEGER, nullable, s.raises)
-        raise self._unknown(node)
+        counts, method = self.FUNCTIONS.get(name, ((), ""))
+        if len(node.expressions) not in counts:
+            raise self._unknown(node)
+        return getattr(self, method)(node, name, *node.expressions)
+
+    def f_cardinality(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        return self._cardinality(node, arg)
+
+    def f_jsonb_function(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        doc = self._jsonb_operand(node, arg)
+        if name == "jsonb_typeof":
+            return self.call(CV.jsonb_typeof, [doc], TEXT, raises=False)
+        return self.call(CV.jsonb_array_length, [doc], INTEGER, raises=True)
+
+    def f_raise(self, node: exp.Anonymous, name: str, message, like: exp.Expression) -> _E:
+        typed = self.compile(like)
+        return _E(f"{self.helper(F.raise_error)}({message.this!r})", typed.type, True, True)
+
+    def f_date_part(self, node: exp.Anonymous, name: str, unit, value: exp.Expression) -> _E:
+        if not (isinstance(unit, exp.Literal) and unit.is_string):
+            raise _unsupported(node, "date_part with a non-constant field")
+        return self._extract(node, unit.this, value, as_float=True)
+
+    def f_octet_length(self, node: exp.Anonymous, name: str, arg: exp.Expression) -> _E:
+        s = self.padded(self._text_arg(arg, "octet_length"))
+        code, nullable = self.strict([s], lambda xs: f"len({xs[0]}.encode())")
+        return _E(code, INTEGER, nullable, s.raises)
 
     # -- sqlglot spellings of the same functions -----------------------------------------------
     def c_Var(self, node: exp.Var) -> _E:
@@ -1702,6 +1888,54 @@ class _Compiler:
 
     def c_Pow(self, node: exp.Expression) -> _E:
         raise _unsupported(node, "power()/^")
+
+
+def _nullif_type(a: SqlType, b: SqlType, common: SqlType) -> SqlType:
+    """The type NULLIF(a, b) returns: the first argument's, as the ``=`` operator Postgres
+    resolves for (a, b) takes it (cross-type operators keep it: int2 = int4, date = timestamp,
+    float4 = float8; else both sides convert to the common type; strings compare as text but
+    character with character)."""
+    ka, kb = a.kind, b.kind
+    strings = (TypeKind.CHAR, TypeKind.VARCHAR, TypeKind.UNKNOWN)
+    if (a.is_string or ka is TypeKind.UNKNOWN) and (b.is_string or kb is TypeKind.UNKNOWN):
+        # bpchareq when a character meets a character, varchar or literal; else texteq
+        char = TypeKind.CHAR in (ka, kb) and ka in strings and kb in strings
+        return SqlType(TypeKind.CHAR) if char else TEXT
+    if ka is TypeKind.UNKNOWN:
+        return common
+    if ka is TypeKind.CIDR:  # network_eq takes inet
+        return INET
+    if kb is TypeKind.UNKNOWN or ka is kb:
+        return a
+    if (a.is_integer and b.is_integer) or (a.is_datetime and b.is_datetime):
+        return a
+    if ka is TypeKind.REAL and b.is_numeric_category:  # float48eq: the real stays real
+        return a
+    if b.is_float and not a.is_float:  # float84eq, float8eq: the first becomes float8
+        return DOUBLE
+    return a if common.kind is ka else common
+
+
+def _no_json_equality(t: SqlType, node: exp.Expression) -> None:
+    """IN and CASE x WHEN compare with =, which json does not have (as in Postgres)."""
+    if t.kind is TypeKind.JSON:
+        raise UnsupportedSQL(
+            f"operator does not exist: json = json {_where(node)}; json has no comparison "
+            "operators: cast it to jsonb"
+        )
+
+
+def _sqlglot_shifted(node: exp.Bracket) -> bool:
+    """Whether sqlglot stored the subscript 0-based: it does when it types the subscript as an
+    integer (ia[2] as 1, ia[i::int] as i::int + -1, ia[-1] as -2), not otherwise (ia[i]); its
+    types of the stored subscript tell the same (``sqlglot...builders.apply_index_offset``)."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    array = annotate_types(node.this.copy(), dialect=DIALECT).type
+    if array is not None and array.this not in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.ARRAY):
+        return False
+    index = annotate_types(node.expressions[0].copy(), dialect=DIALECT).type
+    return index is not None and index.this in exp.DataType.INTEGER_TYPES
 
 
 def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
@@ -1713,7 +1947,7 @@ def _ambiguous(node: exp.Expression, signature: str) -> UnsupportedSQL:
 
 
 def _op_symbol(node: exp.Expression) -> str:
-    sql_names = {exp.EQ: "=", exp.NEQ: "<>"}  # _COMPARISONS holds the Python operators
+    sql_names = {exp.EQ: "=", exp.NEQ: "<>", exp.Nullif: "="}  # _COMPARISONS: Python operators
     return {**_COMPARISONS, **sql_names, **_PG_OPS}.get(type(node), type(node).__name__)
 
 

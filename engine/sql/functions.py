@@ -91,10 +91,16 @@ def numeric_mod(a: Decimal | int, b: Decimal | int) -> Decimal:
     return r.copy_abs() if r == 0 else r
 
 
+# round(numeric, n) limits n as Postgres 15 does: no scale beyond NUMERIC_DSCALE_MAX, nor a
+# rounding position before the largest numeric's first digit
+_ROUND_PLACES = (-(0x7FFF + 1) * 4 - 1, 0x3FFF)
+
+
 def numeric_round(d: Decimal, places: int = 0) -> Decimal:
     """round(numeric, n): half away from zero; result scale max(n, 0)."""
     if not d.is_finite():
         return d
+    places = min(max(places, _ROUND_PLACES[0]), _ROUND_PLACES[1])
     r = d.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP, NUMERIC_CONTEXT)
     if places < 0:
         r = r.quantize(Decimal(1), context=NUMERIC_CONTEXT)
@@ -192,7 +198,9 @@ def float_mul(a: float, b: float) -> float:
 
 def float_div(a: float, b: float) -> float:
     if b == 0.0:
-        raise EvalError("division by zero")
+        if a == a:
+            raise EvalError("division by zero")
+        return a  # Postgres' float8_div: NaN / 0 is NaN
     r = a / b
     if math.isinf(r) and not math.isinf(a):
         raise EvalError("value out of range: overflow")
@@ -202,16 +210,42 @@ def float_div(a: float, b: float) -> float:
 
 
 def to_float4(x: float) -> float:
-    """Round a float to single precision (real), with Postgres' overflow/underflow errors."""
+    """Round a float to single precision (real), with Postgres' overflow/underflow errors.
+
+    The result is a real as the engine carries it: the double nearest to the real's shortest
+    decimal text, which is what Postgres prints and what the snapshot and the CDC decoder read
+    (``0.1``, not the single-precision value ``0.10000000149011612``).
+    """
     if x != x or math.isinf(x):
         return x
     try:
-        r = struct.unpack("f", struct.pack("f", x))[0]
+        r = _unpack_f(_pack_f(x))[0]
     except OverflowError:
         raise EvalError("value out of range: overflow") from None
     if r == 0.0 and x != 0.0:
         raise EvalError("value out of range: underflow")
-    return r
+    return float(float4_text(r))
+
+
+def float4_to_float8(x: float) -> float:
+    """real -> double precision: the real's exact single-precision value, as Postgres widens it
+    (a real carried as ``0.1`` is ``0.10000000149011612`` in double precision)."""
+    if x != x or math.isinf(x):
+        return x
+    return _unpack_f(_pack_f(x))[0]
+
+
+_pack_f = struct.Struct("<f").pack  # standard size: OverflowError past the largest real
+_unpack_f = struct.Struct("<f").unpack
+
+
+def float_floor(x: float) -> float:
+    """floor(float8): +-Infinity and NaN stay themselves."""
+    return float(math.floor(x)) if math.isfinite(x) else x
+
+
+def float_ceil(x: float) -> float:
+    return float(math.ceil(x)) if math.isfinite(x) else x
 
 
 def float_round(x: float) -> float:
@@ -221,9 +255,11 @@ def float_round(x: float) -> float:
     return float(round(x))
 
 
-def _shortest_text(sign: bool, digits: str, e10: int) -> str:
+def _shortest_text(sign: bool, digits: str, e10: int, exponent_from: int = 15) -> str:
+    """Postgres' shortest-digits output: positional for exponents in [-4, ``exponent_from``)
+    (float8: 15, float4: 6), else ``1.5e+07``."""
     n = len(digits)
-    if -4 <= e10 < 15:
+    if -4 <= e10 < exponent_from:
         if e10 >= n - 1:
             out = digits + "0" * (e10 - n + 1)
         elif e10 >= 0:
@@ -244,23 +280,51 @@ def float8_text(x: float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0.0:
         return "-0" if math.copysign(1.0, x) < 0 else "0"
-    sign, digits, exp = Decimal(repr(x)).as_tuple()
+    d = Decimal(repr(x))  # the fewest digits that read back as x, a tie included
+    low, high = _rounding_interval(x, math.nextafter(abs(x), 0.0), math.nextafter(abs(x), _INF))
+    if not low < d < high:  # a tie: Postgres (ryu) takes the next length that is no tie
+        for p in range(len(d.as_tuple().digits), 17):
+            d = Decimal(format(x, f".{p}e"))
+            if low < d < high:
+                break
+    sign, digits, exp = d.as_tuple()
     s = "".join(map(str, digits)).rstrip("0") or "0"
     e10 = len(digits) - 1 + exp
     return _shortest_text(bool(sign), s, e10)
 
 
+def _rounding_interval(x: float, below: float, above: float) -> tuple[Decimal, Decimal]:
+    """The decimals strictly between the two bounds read back as ``x`` (finite, not 0), whose
+    neighbours in magnitude are ``below`` and ``above`` (+inf past the largest value): the
+    midpoints between them."""
+    ax = Decimal(abs(x))
+    low = (ax + Decimal(below)) / 2
+    high = (ax + Decimal(above)) / 2 if math.isfinite(above) else ax + (ax - low)
+    return (low, high) if x > 0 else (-high, -low)
+
+
+def _float4_rounding_interval(x: float) -> tuple[Decimal, Decimal]:
+    """``_rounding_interval`` of the real ``x`` (its exact value; finite, not 0)."""
+    (bits,) = struct.unpack("<I", _pack_f(abs(x)))
+    below = struct.unpack("<f", struct.pack("<I", bits - 1))[0]
+    above = struct.unpack("<f", struct.pack("<I", bits + 1))[0]  # +inf past the largest real
+    return _rounding_interval(x, below, above)
+
+
 def float4_text(x: float) -> str:
+    """Postgres 15's float4out: the fewest digits that read back as the same real."""
     if x != x or math.isinf(x) or x == 0.0:
         return float8_text(x)
-    for p in range(1, 10):
+    x = _unpack_f(_pack_f(x))[0]
+    low, high = _float4_rounding_interval(x)
+    for p in range(9):
         s = format(x, f".{p}e")
-        if struct.unpack("f", struct.pack("f", float(s)))[0] == x:
+        if low < Decimal(s) < high:  # a tie reads back as x, but Postgres (ryu) rejects it
             break
     mant, e = s.split("e")
     neg = mant.startswith("-")
     digits = mant.lstrip("-").replace(".", "").rstrip("0") or "0"
-    return _shortest_text(neg, digits, int(e))
+    return _shortest_text(neg, digits, int(e), exponent_from=6)
 
 
 # --- text input (casts from text) -------------------------------------------------------------
@@ -466,12 +530,14 @@ def like_regex(pattern: str, escape: str | None = "\\") -> re.Pattern:
 
 @lru_cache(maxsize=4096)
 def _runtime_like(pattern: str, escape: str | None) -> tuple[re.Pattern, bool]:
-    """(regex, dangling): a pattern ending in a lone escape raises only if matching reaches it."""
+    """(regex, dangling): a pattern ending in a lone escape raises only if matching reaches it
+    with text left (Postgres' MatchText stops at the end of the text: 'ab' LIKE 'ab\\' is
+    false); the regex then matches the pattern before the escape and one more character."""
     if escape and pattern.endswith(escape):
         k = len(pattern) - len(pattern.rstrip(escape))
         if k % 2 == 1:
             tokens = like_tokens(pattern[:-1], escape)
-            return re.compile(_tokens_regex(tokens), re.DOTALL), True
+            return re.compile(_tokens_regex(tokens) + "(?=.)", re.DOTALL), True
     return like_regex(pattern, escape), False
 
 
@@ -741,8 +807,17 @@ def ts_minus_interval(ts: datetime.datetime, iv) -> datetime.datetime:
 
 
 def date_plus_days(d: datetime.date, n: int) -> datetime.date:
+    """date + integer (a date beyond the years 1-9999, which Postgres has, is out of range)."""
     try:
         return d + datetime.timedelta(days=n)
+    except OverflowError:
+        raise EvalError("date out of range") from None
+
+
+def date_minus_days(d: datetime.date, n: int) -> datetime.date:
+    """date - integer, without negating n (- -2147483648 is no integer overflow in Postgres)."""
+    try:
+        return d - datetime.timedelta(days=n)
     except OverflowError:
         raise EvalError("date out of range") from None
 
@@ -848,9 +923,6 @@ _FIELD_ALIASES = {
     "decades": "decade",
     "centuries": "century",
     "millennia": "millennium",
-    "dayofweek": "dow",
-    "dayofyear": "doy",
-    "weekday": "dow",
 }
 
 

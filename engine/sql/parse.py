@@ -17,16 +17,44 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from engine.errors import UnsupportedSQL
 
+# Function names sqlglot reads as constructs of other dialects: left as plain (anonymous) calls,
+# which the expression compiler refuses as Postgres would (Postgres has no if(); its convert()
+# converts bytea encodings; json_extract_path() takes json, which incview does not compute on).
+_NOT_POSTGRES_FUNCTIONS = {"IF", "CONVERT", "JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT"}
+
+
+def _like(args: list) -> exp.Expression:
+    """Postgres' ``like(string, pattern)`` (sqlglot reads SQLite's ``like(pattern, string)``)."""
+    if len(args) != 2:
+        return exp.Anonymous(this="like", expressions=args)
+    return exp.Like(this=args[0], expression=args[1])
+
 
 class _Dialect(Postgres):
     """Postgres, except ``date_part(...)`` stays a function call (sqlglot turns it into EXTRACT,
-    which returns numeric while date_part returns double precision), and an interval literal
+    which returns numeric while date_part returns double precision), an interval literal
     stays whole: sqlglot reads ``interval '2 days 01:00'`` as ``interval '2' days`` (and drops
-    ``ago``), keeping only the first "number unit" of a string that has more."""
+    ``ago``), keeping only the first "number unit" of a string that has more; ``like(s, p)`` is
+    ``s LIKE p``; and ``if()``, ``convert()``, ``json_extract_path[_text]()`` are plain calls."""
 
     class Parser(Postgres.Parser):
         FUNCTION_PARSERS = {
-            k: v for k, v in Postgres.Parser.FUNCTION_PARSERS.items() if k != "DATE_PART"
+            k: v
+            for k, v in Postgres.Parser.FUNCTION_PARSERS.items()
+            if k != "DATE_PART" and k not in _NOT_POSTGRES_FUNCTIONS
+        }
+        NO_PAREN_FUNCTION_PARSERS = {
+            k: v
+            for k, v in Postgres.Parser.NO_PAREN_FUNCTION_PARSERS.items()
+            if k not in _NOT_POSTGRES_FUNCTIONS
+        }
+        FUNCTIONS = {
+            **{
+                k: v
+                for k, v in Postgres.Parser.FUNCTIONS.items()
+                if k not in _NOT_POSTGRES_FUNCTIONS
+            },
+            "LIKE": _like,
         }
 
         def _parse_interval_span(self, this, parse_function_unit: bool = True):

@@ -57,6 +57,12 @@ from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_builder import and_all, conjuncts
 from engine.sql.types import SqlType, TypeKind
+from engine.sql.vector_expressions import (
+    ExtendColumns,
+    SelectColumns,
+    vectorize_expressions,
+    vectorize_predicate,
+)
 
 
 @dataclass
@@ -214,13 +220,18 @@ class _PhysicalPlanner:
     def map(
         self, up: Node, exprs: list[exp.Expression], fields: tuple[Field, ...], what: str
     ) -> Node:
-        compiled = compile_expressions(exprs, _refs(fields))
-        return self.df.add(MapCollection(compiled.fn, what), up)
+        refs = _refs(fields)
+        compiled = compile_expressions(exprs, refs)
+        vector = vectorize_expressions(exprs, refs)
+        return self.df.add(MapCollection(compiled.fn, what, *vector), up)
 
     def keep(self, up: Node, n: int, what: str = "drop helper columns") -> Node:
+        vector = SelectColumns(range(n))
         if n == 1:
-            return self.df.add(MapCollection(lambda rows: [(r[0],) for r in rows], what), up)
-        return self.df.add(MapCollection(lambda rows: [r[:n] for r in rows], what), up)
+            fn = lambda rows: [(r[0],) for r in rows]  # noqa: E731
+        else:
+            fn = lambda rows: [r[:n] for r in rows]  # noqa: E731
+        return self.df.add(MapCollection(fn, what, vector), up)
 
     @staticmethod
     def require_order(fields: tuple[Field, ...], keys, what: str) -> None:
@@ -256,7 +267,9 @@ class _PhysicalPlanner:
             return up, positions, 0
         extra_fn = compile_expressions(extra, _refs(fields)).fn
         fn = lambda rows: [r + x for r, x in zip(rows, extra_fn(rows), strict=True)]  # noqa: E731
-        return self.df.add(MapCollection(fn, what), up), positions, len(extra)
+        program, per_row = vectorize_expressions(extra, _refs(fields))
+        vector = ExtendColumns(program) if program is not None else None
+        return self.df.add(MapCollection(fn, what, vector, per_row), up), positions, len(extra)
 
     # -- leaves ---------------------------------------------------------------------------------
     def p_Scan(self, plan: lp.Scan) -> Node:
@@ -272,7 +285,8 @@ class _PhysicalPlanner:
             fn = lambda rows: [(r[i],) for r in rows]  # noqa: E731
         else:
             fn = lambda rows: [tuple(r[j] for j in idx) for r in rows]  # noqa: E731
-        return self.df.add(MapCollection(fn, f"columns {wanted} of {name}"), node)
+        what = f"columns {wanted} of {name}"
+        return self.df.add(MapCollection(fn, what, SelectColumns(idx)), node)
 
     def p_Values(self, plan: lp.Values) -> Node:
         return self.df.add(ConstantCollection(list(plan.rows)))
@@ -283,8 +297,11 @@ class _PhysicalPlanner:
     # -- stateless ------------------------------------------------------------------------------
     def p_Filter(self, plan: lp.Filter) -> Node:
         up = self.node(plan.input)
-        fn, _ = compile_predicate(plan.predicate, _refs(plan.input.fields))
-        return self.df.add(FilterCollection(fn, plan.predicate.sql(dialect="postgres")), up)
+        refs = _refs(plan.input.fields)
+        fn, _ = compile_predicate(plan.predicate, refs)
+        vector = vectorize_predicate(plan.predicate, refs)
+        what = plan.predicate.sql(dialect="postgres")
+        return self.df.add(FilterCollection(fn, what, *vector), up)
 
     def p_Project(self, plan: lp.Project) -> Node:
         up = self.node(plan.input)
@@ -354,10 +371,8 @@ class _PhysicalPlanner:
         if not lext and not rext:
             return node
         keep = list(range(len(lf))) + [lwidth + i for i in range(len(rf))]
-        return self.df.add(
-            MapCollection(lambda rows: [tuple(r[i] for i in keep) for r in rows], "drop join keys"),
-            node,
-        )
+        fn = lambda rows: [tuple(r[i] for i in keep) for r in rows]  # noqa: E731
+        return self.df.add(MapCollection(fn, "drop join keys", SelectColumns(keep)), node)
 
     # -- aggregation ----------------------------------------------------------------------------
     def p_Aggregate(self, plan: lp.Aggregate) -> Node:
@@ -395,7 +410,9 @@ class _PhysicalPlanner:
         if not cols:
             return self.df.add(ReduceCollection(group, specs), up)
         compiled = compile_expressions(cols, _refs(fields))
-        up = self.df.add(MapCollection(compiled.fn, "group keys and aggregate arguments"), up)
+        vector = vectorize_expressions(cols, _refs(fields))
+        what = "group keys and aggregate arguments"
+        up = self.df.add(MapCollection(compiled.fn, what, *vector), up)
         arrow = [  # group keys need one representation per value: numerics of a declared type
             arrow_type(
                 t, None if i < len(group) else value_scale(e, lambda c: _column_type(c, fields))
@@ -452,9 +469,9 @@ class _PhysicalPlanner:
         n = len(fields)
         if plan.rank_field is None:
             return self.keep(node, n)
-        return self.df.add(
-            MapCollection(lambda rows: [r[:n] + (r[-1],) for r in rows], "drop top-k keys"), node
-        )
+        fn = lambda rows: [r[:n] + (r[-1],) for r in rows]  # noqa: E731
+        vector = SelectColumns([*range(n), -1])
+        return self.df.add(MapCollection(fn, "drop top-k keys", vector), node)
 
     def p_Window(self, plan: lp.Window) -> Node:
         fields = plan.input.fields
@@ -494,12 +511,9 @@ class _PhysicalPlanner:
         if not ext:
             return node
         n, nf = len(fields), len(funcs)
-        return self.df.add(
-            MapCollection(
-                lambda rows: [r[:n] + r[len(r) - nf :] for r in rows], "drop window keys"
-            ),
-            node,
-        )
+        fn = lambda rows: [r[:n] + r[len(r) - nf :] for r in rows]  # noqa: E731
+        vector = SelectColumns([*range(n), *range(-nf, 0)])
+        return self.df.add(MapCollection(fn, "drop window keys", vector), node)
 
 
 def _helper_fields(n: int, qualifier: str) -> tuple[Field, ...]:

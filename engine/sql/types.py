@@ -322,6 +322,8 @@ def common_type(types: list[SqlType]) -> SqlType | None:
     if all(t == first for t in known):
         return first
     if all(t.kind is first.kind for t in known):
+        if first.kind is TypeKind.ARRAY and any(t.element != first.element for t in known):
+            return None  # text[] and integer[] do not match
         return first.unconstrained()
     if all(t.is_numeric_category for t in known):
         return max((t.unconstrained() for t in known), key=lambda t: _NUMERIC_RANK[t.kind])

@@ -185,11 +185,10 @@ def text_to_tz(s: str, zone: datetime.tzinfo) -> datetime.datetime:
         raise EvalError(f'invalid input syntax for type timestamp with time zone: "{s}"')
     try:
         local = F.text_to_timestamp(m.group("ts"))
-    except EvalError:
-        raise EvalError(
-            f'invalid input syntax for type timestamp with time zone: "{s}" (incview reads ISO '
-            "timestamps with an optional numeric offset)"
-        ) from None
+    except EvalError as e:  # Postgres names the whole text
+        if str(e).startswith("date/time field value out of range"):
+            raise EvalError(f'date/time field value out of range: "{s}"') from None
+        raise EvalError(f'invalid input syntax for type timestamp with time zone: "{s}"') from None
     if m.group("z"):
         return local.replace(tzinfo=UTC)
     if m.group("sign"):

@@ -49,3 +49,26 @@ def test_arrow_round_trip_keeps_rows_and_weights():
 def test_from_arrow_without_weight_column_names_the_problem():
     with pytest.raises(ValueError, match="no weight column"):
         DiffBatch.from_arrow(pa.table({"a": [1]}))
+
+
+def test_extend_a_columnar_batch_leaves_no_stale_columns():
+    import numpy as np
+
+    b = DiffBatch.from_columns([pa.array([1, 2])], np.array([1, -1], dtype=np.int64))
+    b.extend(DiffBatch([(3,)], [1]))
+    assert b.columns is None
+    assert list(b) == [((1,), 1), ((2,), -1), ((3,), 1)]
+
+
+def test_a_pickled_slice_carries_only_its_own_values():
+    import pickle
+
+    import numpy as np
+
+    big = pa.array(np.arange(1_000_000))
+    b = DiffBatch.from_columns([big.slice(10, 3)], np.ones(3, dtype=np.int64))
+    raw = pickle.dumps(b)
+    assert len(raw) < 2_000  # not the parent's 8 MB
+    back = pickle.loads(raw)
+    assert back.rows == [(10,), (11,), (12,)] and back.weights == [1, 1, 1]
+    assert back.columns is not None

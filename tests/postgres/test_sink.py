@@ -38,6 +38,8 @@ from engine.sql.types import (
 )
 
 COLS = [("a", INTEGER), ("b", TEXT)]
+# the Arrow COPY path (default) and the row path (arrow_copy=False)
+ARROW_OR_ROWS = pytest.mark.parametrize("arrow", [True, False], ids=["arrow", "rows"])
 
 
 @pytest.fixture
@@ -83,8 +85,9 @@ def apply_model(model: Counter, diffs: DiffBatch) -> None:
 # -- apply ----------------------------------------------------------------------------------------
 
 
-def test_apply_is_multiset_exact_with_duplicates_and_nulls(pg_conn, catalog, sink_conn):
-    sink = make_sink(sink_conn)
+@ARROW_OR_ROWS
+def test_apply_is_multiset_exact_with_duplicates_and_nulls(pg_conn, catalog, sink_conn, arrow):
+    sink = make_sink(sink_conn, arrow_copy=arrow)
     initial = [(1, "x"), (1, "x"), (1, "x"), (None, None), (None, None), (2, None), (None, "y")]
     assert sink.populate([DiffBatch.inserts(initial)], lsn=10) == 7
     model = Counter(initial)
@@ -106,9 +109,10 @@ def test_apply_is_multiset_exact_with_duplicates_and_nulls(pg_conn, catalog, sin
     assert model == Counter({(3, "z"): 3, (2, "now"): 1, (None, None): 2})
 
 
-def test_random_batches_match_a_model(pg_conn, catalog, sink_conn):
+@ARROW_OR_ROWS
+def test_random_batches_match_a_model(pg_conn, catalog, sink_conn, arrow):
     rnd = random.Random(7)
-    sink = make_sink(sink_conn)
+    sink = make_sink(sink_conn, arrow_copy=arrow)
     values_a = [None, 0, 1, 2, -2147483648]  # includes the NULL stand-in of the hash keys
     values_b = [None, "", "p", "q", "\x01incview-null\x01"]
     model: Counter = Counter()
@@ -152,8 +156,9 @@ def test_empty_batch_records_the_lsn(pg_conn, catalog, sink_conn):
     assert table_rows(pg_conn) == Counter()
 
 
-def test_failed_apply_changes_neither_rows_nor_lsn(pg_conn, catalog, sink_conn):
-    sink = make_sink(sink_conn)
+@ARROW_OR_ROWS
+def test_failed_apply_changes_neither_rows_nor_lsn(pg_conn, catalog, sink_conn, arrow):
+    sink = make_sink(sink_conn, arrow_copy=arrow)
     sink.populate([DiffBatch.inserts([(1, "a"), (2, "b")])], lsn=10)
     before = table_rows(pg_conn)
     # a type error in the middle of the COPY, after a delete and inserts were streamed
@@ -380,8 +385,9 @@ TYPED_ROWS = [
 ]
 
 
-def test_value_round_trip_and_delete_by_value(pg_conn, catalog, sink_conn):
-    sink = make_sink(sink_conn, columns=TYPED)
+@ARROW_OR_ROWS
+def test_value_round_trip_and_delete_by_value(pg_conn, catalog, sink_conn, arrow):
+    sink = make_sink(sink_conn, columns=TYPED, arrow_copy=arrow)
     sink.populate([DiffBatch.inserts(TYPED_ROWS[:1])], lsn=1)
     assert sink.apply(DiffBatch.inserts(TYPED_ROWS[1:]), lsn=2)
     got = table_rows(pg_conn)
@@ -399,8 +405,9 @@ def test_value_round_trip_and_delete_by_value(pg_conn, catalog, sink_conn):
     assert catalog.get("v").last_lsn == 3
 
 
-def test_large_apply_streams(pg_conn, catalog, sink_conn):
-    sink = make_sink(sink_conn)
+@ARROW_OR_ROWS
+def test_large_apply_streams(pg_conn, catalog, sink_conn, arrow):
+    sink = make_sink(sink_conn, arrow_copy=arrow)
     n = 200_000
     sink.populate([], lsn=1)
     assert sink.apply(DiffBatch.inserts((i, f"row {i}") for i in range(n)), lsn=2)
@@ -420,16 +427,17 @@ def test_large_apply_streams(pg_conn, catalog, sink_conn):
     assert catalog.get("v").last_batch_rows == n // 2 + 200_000
 
 
-def test_out_of_range_ints_are_refused_not_wrapped(pg_conn, catalog, sink_conn):
+@ARROW_OR_ROWS
+def test_out_of_range_ints_are_refused_not_wrapped(pg_conn, catalog, sink_conn, arrow):
     # psycopg's binary int4 dumper would silently send 2**32 + 5 as 5
-    sink = make_sink(sink_conn)
+    sink = make_sink(sink_conn, arrow_copy=arrow)
     with pytest.raises(ViewError, match="integer out of range.*column a"):
         sink.populate([DiffBatch.inserts([(1, "a"), (2**32 + 5, "b")])], lsn=1)
     assert not sink.exists()
     sink.populate([DiffBatch.inserts([(1, "a")])], lsn=1)
     with pytest.raises(ViewError, match="out of range"):
         sink.apply(DiffBatch.inserts([(2**32 + 5, "b")]), lsn=2)
-    small = ResultSink(sink_conn, "v", "public", "small", [("s", SMALLINT)])
+    small = ResultSink(sink_conn, "v", "public", "small", [("s", SMALLINT)], arrow_copy=arrow)
     with pytest.raises(ViewError, match="smallint out of range"):
         small.populate([DiffBatch.inserts([(70_000,)])], lsn=3)
     assert table_rows(pg_conn) == Counter({(1, "a"): 1}) and last_lsn(catalog) == 1
@@ -470,10 +478,11 @@ def test_deletes_find_rows_through_the_row_hash_index(pg_conn, catalog, sink_con
     assert table_rows(pg_conn) == want
 
 
-def test_rows_equal_in_another_spelling_are_deleted(pg_conn, catalog, sink_conn):
+@ARROW_OR_ROWS
+def test_rows_equal_in_another_spelling_are_deleted(pg_conn, catalog, sink_conn, arrow):
     """The index hashes values the way ``=`` compares them: numeric scale, char(n) padding."""
     cols = [("n", numeric(10, 3)), ("c", SqlType(TypeKind.CHAR, length=4)), ("i", SMALLINT)]
-    sink = make_sink(sink_conn, cols)
+    sink = make_sink(sink_conn, cols, arrow_copy=arrow)
     sink.populate([DiffBatch.inserts([(Decimal("1.5"), "ab", 1), (None, None, None)] * 2)], 1)
     sink.apply(DiffBatch([(Decimal("1.50"), "ab  ", 1), (None, None, None)], [-1, -1]), 2)
     assert by_repr(table_rows(pg_conn)) == by_repr(

@@ -156,3 +156,38 @@ def test_columnar_top_k_is_chosen(sql, catalog):
 def test_row_top_k_where_columnar_cannot(sql, catalog):
     plan = _physical(sql, catalog)
     assert "TopK:" in plan and "TopK (columnar)" not in plan
+
+
+VECTOR_EXPLAIN = [
+    (
+        "SELECT id, amount * 2 AS a, lower(status) AS s FROM orders WHERE qty > 2 AND amount < 100",
+        ['Filter (vectorized): "orders"."qty" > 2', 'Map (vectorized): "orders"."id"'],
+    ),
+    (
+        "SELECT customer_id, sum(amount) AS s FROM orders WHERE created > '2024-01-01' "
+        "GROUP BY customer_id HAVING sum(amount) > 10",
+        [
+            'Filter (vectorized): "__agg0" > 10',
+            "Map (vectorized): group keys and aggregate arguments",
+        ],
+    ),
+    (
+        "SELECT o.id, c.region FROM orders o JOIN customers c ON c.id = o.customer_id + 1",
+        ["Map (vectorized): join keys", "Map (vectorized): drop join keys"],
+    ),
+    (
+        "SELECT id, substr(status, 2) AS s, qty + 1 AS q FROM orders "
+        "WHERE qty > 2 AND status LIKE 'a_c'",
+        [
+            'Filter (per row: "orders"."status" LIKE \'a_c\'): "orders"."qty" > 2 AND',
+            'Map (per row: SUBSTRING("orders"."status" FROM 2)): "orders"."id"',
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("sql, needles", VECTOR_EXPLAIN)
+def test_explain_says_which_expressions_run_per_row(sql, needles, catalog):
+    plan = _physical(sql, catalog)
+    for needle in needles:
+        assert needle in plan, plan

@@ -49,7 +49,8 @@ VALUES = [
     "least(n, m)", "greatest(n, m, 0)", "f - g", "f + g", "f * 0", "-f", "abs(f)",
     "case when f > g then f else g end", "coalesce(f, 'NaN')", "'NaN'::float8",
     "'Infinity'::float8 - 'Infinity'::float8", "'NaN'::numeric", "n::float8", "f::numeric",
-    "n * 2", "round(f)",
+    "n * 2", "round(f)", "case f when g then 1 else 0 end", "case n when m then 'eq' end",
+    "case f when 'NaN' then 'nan' when 1.5 then 'one' end",
 ]  # fmt: skip
 
 
@@ -88,3 +89,12 @@ def test_values_follow_postgres_with_the_shared_nan(conn, sql):
         (ROWS[i], g, w) for i, (g, w) in enumerate(zip(got, want, strict=True)) if not same(g, w)
     ]
     assert not bad, bad[:5]
+
+
+def test_nan_divided_by_zero_is_nan(conn):
+    """Postgres' float8_div raises division by zero only for a number: NaN / 0 is NaN."""
+    theirs = conn.execute("SELECT 'NaN'::float8 / 0, 'NaN'::float8 / -0.0::float8").fetchone()
+    assert all(math.isnan(v) for v in theirs)
+    fn = compile_expressions([parse_expression("f / g")], REFS).fn
+    ((value,),) = fn([(float("nan"), 0.0, None, None)])
+    assert value is NAN

@@ -12,6 +12,7 @@ Decimals at the column's scale). This module must not know about plans or state.
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -109,7 +110,36 @@ def to_python(array: pa.Array) -> list[Any]:
         return values
     if pa.types.is_decimal(array.type):
         return decimals(array)
+    t = array.type
+    if pa.types.is_timestamp(t) and t.unit == "us" and (t.tz is None or t.tz in _UTC_NAMES):
+        return datetimes(array)
+    if pa.types.is_date32(array.type):
+        return dates(array)
     return array.to_pylist()
+
+
+_UTC_NAMES = frozenset({"UTC", "+00:00", "Etc/UTC"})
+_EPOCH = datetime.datetime(1970, 1, 1)
+_EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+
+
+def datetimes(array: pa.Array) -> list[datetime.datetime | None]:
+    """A timestamp[us] column as datetimes: naive, or for a UTC column aware with tzinfo
+    ``datetime.UTC`` as the value parsers give them (pyarrow's own conversion gives zoneinfo's
+    UTC, which ``repr`` tells apart, and the state's exact keys are ``repr`` bytes). The epoch
+    plus a timedelta: ~5x faster than pyarrow's conversion."""
+    epoch = _EPOCH if array.type.tz is None else _EPOCH_UTC
+    delta = datetime.timedelta
+    micros = array.view(pa.int64()).to_pylist()
+    return [None if v is None else epoch + delta(microseconds=v) for v in micros]
+
+
+def dates(array: pa.Array) -> list[datetime.date | None]:
+    """A date32 column as dates (from ordinals: ~3x faster than pyarrow's conversion)."""
+    base = _EPOCH_ORDINAL
+    ordinal = datetime.date.fromordinal
+    return [None if v is None else ordinal(v + base) for v in array.view(pa.int32()).to_pylist()]
 
 
 def decimals(array: pa.Array) -> list[Decimal | None]:

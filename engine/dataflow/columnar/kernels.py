@@ -23,6 +23,8 @@ import pyarrow.compute as pc
 _NAN = pa.scalar(float("nan"), pa.float64())
 _ZERO = pa.scalar(0.0, pa.float64())
 _INT64_SAFE = float(2**62)
+#: rows of at least this many columns are grouped by a verified row hash (``hash_groups``)
+_HASHED_COLUMNS = 3
 
 
 def normalize_floats(column: pa.Array) -> pa.Array:
@@ -55,6 +57,17 @@ def group_index(columns: list[pa.Array], n: int | None = None) -> tuple[np.ndarr
     if not columns:
         rows = 0 if n is None else n
         return np.zeros(rows, dtype=np.int64), np.zeros(1 if rows else 0, dtype=np.int64)
+    if len(columns) >= _HASHED_COLUMNS and len(columns[0]):
+        from engine.dataflow.columnar.hash_groups import hash_group_index
+
+        hashed = hash_group_index(columns)
+        if hashed is not None:
+            return hashed
+    return exact_group_index(columns)
+
+
+def exact_group_index(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """``group_index`` by combined dictionary codes (exact for every Arrow type)."""
     combined, card = _codes(columns[0])
     for col in columns[1:]:
         codes, k = _codes(col)
@@ -66,11 +79,19 @@ def group_index(columns: list[pa.Array], n: int | None = None) -> tuple[np.ndarr
             card = int(combined.max(initial=-1)) + 1
             combined = combined * k + codes
             card *= k
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # number groups by first appearance
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return rank[inverse.reshape(-1)], first[order]
+    return first_appearance_groups(pa.array(combined))
+
+
+def first_appearance_groups(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(group id of each value, numbered by first appearance; each group's first position)."""
+    ids = np.asarray(pc.dictionary_encode(values).indices, dtype=np.int64)
+    if not len(ids):
+        return ids, ids
+    seen = np.maximum.accumulate(ids)
+    new = np.empty(len(ids), bool)
+    new[0] = True
+    new[1:] = ids[1:] > seen[:-1]
+    return ids, np.flatnonzero(new)
 
 
 def fixed_width_bytes(values: np.ndarray) -> pa.Array:
@@ -219,6 +240,8 @@ def consolidate_columns(
     if not n:
         return list(columns), weights
     ids, first = group_index(columns, n)
+    if len(first) == n and weights.all():  # already consolidated: every row its own group
+        return list(columns), weights
     totals = np.zeros(len(first), dtype=np.int64)
     np.add.at(totals, ids, weights)
     keep = np.flatnonzero(totals != 0)

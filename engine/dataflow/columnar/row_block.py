@@ -64,6 +64,13 @@ _FORMATS = {
 }
 
 
+def _take_records(rec: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``rec[idx]``, copying whole records as raw bytes (numpy copies a structured array field by
+    field: ~10x slower for these packed records)."""
+    dt = rec.dtype
+    return rec.view(f"V{dt.itemsize}")[idx].view(dt)
+
+
 class Rows:
     """Rows of one input: records (``codec.dtype``) and one large_string array per text column
     (NULL text is an empty string there; the record's flag says NULL)."""
@@ -78,10 +85,11 @@ class Rows:
         return len(self.rec)
 
     def take(self, idx: np.ndarray) -> Rows:
+        rec = _take_records(self.rec, idx)
         if not self.strs:
-            return Rows(self.rec[idx], [])
+            return Rows(rec, [])
         sel = pa.array(idx, pa.int64())
-        return Rows(self.rec[idx], [s.take(sel) for s in self.strs])
+        return Rows(rec, [s.take(sel) for s in self.strs])
 
     @staticmethod
     def concat(parts: Sequence[Rows]) -> Rows:

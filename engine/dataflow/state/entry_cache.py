@@ -53,7 +53,11 @@ class EntryCache:
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         self.table.put_many(keys, values)
-        self._remember(keys, values)
+        entries = self._entries
+        old = [v for v in map(entries.get, keys) if v is not None]
+        self._bytes += sum(map(len, values)) - sum(map(len, old))
+        entries.update(zip(keys, values, strict=True))
+        self._evict()
 
     def put(self, key: bytes, value: bytes) -> None:
         self.table.put(key, value)
@@ -66,8 +70,8 @@ class EntryCache:
     # -- the cache --------------------------------------------------------------------------------
     def _remember(self, keys: list[bytes], values: list[bytes | None]) -> None:
         entries = self._entries
-        old = list(map(entries.get, keys))
-        self._bytes += sum(map(_len, values)) - sum(map(_len, old))
+        old = [v for v in map(entries.get, keys) if v is not None]
+        self._bytes += sum(map(len, [v for v in values if v is not None])) - sum(map(len, old))
         entries.update(zip(keys, values, strict=True))
         self._evict()
 
