@@ -29,11 +29,9 @@ A time (``process``):
    old and new selections come from segmented sums; their difference is the output;
 5. heads longer than offset+limit+2*slack are cut back to offset+limit+slack (the rest stays in
    state as the tail); changed head ends are staged; the new heads go to the cache;
-6. a blind delete leaves two entries that sum to zero: a partition with blind deletes compacts a
-   window of ``window`` entries from the first of them with probability ``4 * deletes / window``
-   (decided by a hash of the partition and the time; paced down while the windows find little
-   garbage), which holds a tail's garbage near half its entries at about two entries read per
-   blind write once it is there.
+6. a blind delete leaves two entries that sum to zero: partitions with blind deletes compact a
+   window of their tails by chance (``tail_compaction``), which holds a tail's garbage near half
+   its entries.
 
 Reads see committed state only, writes are staged; the cache may hold the time in progress and
 is emptied by a rollback. It must not keep more than the cache's budget in memory between times.
@@ -65,7 +63,6 @@ from engine.dataflow.columnar.partition_tails import (
     PartitionTails,
     Scan,
     TailChanges,
-    compact_windows,
 )
 from engine.dataflow.columnar.row_block import (
     RowCodec,
@@ -75,6 +72,7 @@ from engine.dataflow.columnar.row_block import (
     unpack_rows,
 )
 from engine.dataflow.columnar.sort_keys import identity_bytes, partition_bytes, sortable_bytes
+from engine.dataflow.columnar.tail_compaction import TailCompaction
 from engine.dataflow.state.sorted_partitions import order_description, order_spec
 from engine.dataflow.state.store import StateStore
 
@@ -107,9 +105,6 @@ def supports(
 class ColumnarTopKCollection(StatefulCollection):
     """Positions offset .. offset+limit-1 of each partition (see the module docstring)."""
 
-    #: entries a compaction window reads
-    window = 256
-
     def __init__(
         self,
         column_types: Sequence[pa.DataType],
@@ -141,12 +136,8 @@ class ColumnarTopKCollection(StatefulCollection):
         self.slack = max(2, limit // 4) if slack is None else slack
         self.cache_bytes = cache_bytes
         #: partitions whose changes all lay past their heads, heads refilled from their tails,
-        #: heads cut back, tail windows compacted (observability, tests)
-        self.skipped = self.refills = self.cuts = self.windows = 0
-        #: the share of garbage the recent compaction windows found and the entries a window read
-        #: (moving averages, see ``_compact_tails``)
-        self.garbage = 0.5
-        self.window_reads: float | None = None  # None: ``window``
+        #: heads cut back (observability, tests)
+        self.skipped = self.refills = self.cuts = 0
 
     def open(self, store: StateStore | None) -> None:
         super().open(store)
@@ -154,6 +145,7 @@ class ColumnarTopKCollection(StatefulCollection):
         self.heads = store.table(f"{self.name}.heads", "point")
         self.cache = HeadCache(store, self.cache_bytes)
         self.tails = PartitionTails(self.table)
+        self.compaction = TailCompaction(self.table)
 
     def describe(self) -> str:
         s = (
@@ -200,7 +192,7 @@ class ColumnarTopKCollection(StatefulCollection):
             out, now_ends = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
         else:
             now_ends = ends
-        self._compact_tails(prefixes, now_ends, tail, suffix, time)
+        self.compaction.run(prefixes, now_ends, tail, suffix, time)
         tail.stage_blind(self.table, prefixes, suffix)
         misses = [j for j in np.flatnonzero(~active).tolist() if blobs[j] is None]
         self.cache.put_many(
@@ -444,40 +436,6 @@ class ColumnarTopKCollection(StatefulCollection):
             [prefixes[j] for j in acts], [new_ends[j] for j in acts], packed, rows_in
         )
 
-    def _compact_tails(self, prefixes, ends, tail, suffix: bytes, time: int) -> None:
-        """Compact a window of each tail that got blind deletes, by chance (module docstring).
-
-        The chance is ``4 * pace * deletes / R`` (R: the entries a window reads, on average:
-        fewer than ``window`` near a partition's end) with ``pace = 2 * G`` (at most 1; G: the
-        share of garbage the windows find, on average): each blind delete leaves two garbage
-        entries and a window removes R * G of them, so the windows remove ``8 * G**2`` per
-        delete below half garbage (it grows) and at least ``4 * G`` above (it shrinks): the
-        garbage settles at half the entries, and a tail with little of it is read seldom."""
-        parts, first, negs = tail.deletes()
-        if not len(parts):
-            return
-        data, offsets = _bytes_of([prefixes[j] for j in parts.tolist()])
-        h = K.mix64(K.string_hashes(data, offsets) ^ np.uint64(time % (1 << 64)))
-        pace = min(1.0, max(0.05, 2 * self.garbage))
-        reads = self.window if self.window_reads is None else self.window_reads
-        chance = np.minimum(1.0, 4.0 * pace * negs / max(1.0, reads))
-        hit = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < chance
-        windows, owners = [], []
-        for j, start in zip(parts[hit].tolist(), tail.rks(first[hit]), strict=True):
-            if ends[j] is None:  # a refill took the whole partition into its head
-                continue
-            items, idx = tail.of(j)
-            windows.append((prefixes[j], ends[j], start, items))
-            owners.append(idx)
-        self.windows += len(windows)
-        merged, read, garbage = compact_windows(self.table, windows, suffix, self.window)
-        if read:
-            weight = min(1.0, read / 4096)
-            self.garbage += (garbage / read - self.garbage) * weight
-            self.window_reads = reads + (read / len(windows) - reads) * weight
-        for idx, took in zip(owners, merged, strict=True):
-            tail.consume(idx, took)
-
 
 def _breaks(values: pa.Array) -> np.ndarray:
     """Where a sorted binary array's value differs from the one before (True at 0)."""
@@ -502,10 +460,3 @@ def _entry_keys(rows: KeyedRows, prefixes: list[bytes]) -> list[bytes]:
     return pc.binary_join_element_wise(
         p, rows.rk, seq.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary())
     ).to_pylist()
-
-
-def _bytes_of(values: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """(data, n+1 offsets) of byte strings, for ``kernels.string_hashes``."""
-    offsets = np.zeros(len(values) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
-    return np.frombuffer(b"".join(values), np.uint8), offsets
