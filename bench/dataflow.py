@@ -15,6 +15,8 @@ batch, and two ratios against recomputing the operator over the full input:
 text), the vectorized expressions beside the row path on the same batches (``--only vector``).
 (e) is SELECT DISTINCT over (orderkey, date, numeric(12,2)) rows, two copies of each distinct
 row, the row distinct and the columnar distinct side by side (``--only distinct``).
+(f) is a top-10 per partition (row_number) over 1M rows in 10k partitions, the row top-k and the
+columnar top-k (tuple and Arrow input) side by side on the same update batches (``--only top_k``).
 ``--only lineitem_join`` is ``bench.lineitem_join``: lineitem JOIN orders over the same
 lineitem-shaped state, the row join and the columnar join (tuple and Arrow input) side by side.
 (d) is ``bench.lineitem_group_by``: GROUP BY count/sum/avg over lineitem-shaped state, the row
@@ -45,6 +47,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
 from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollection
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
+from engine.dataflow.collections.columnar_top_k import ColumnarTopKCollection
 from engine.dataflow.collections.distinct import DistinctCollection
 from engine.dataflow.collections.filter import FilterCollection
 from engine.dataflow.collections.join import InnerJoinCollection
@@ -465,37 +468,72 @@ def bench_distinct(rows: int, batch: int, batches: int, rng: random.Random) -> N
 def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None:
     """(f) per-partition top-k (``row_number() OVER (PARTITION BY g ORDER BY v DESC) <= 10``):
     ``rows`` rows in ``rows / 100`` partitions, update batches move ``batch / 2`` rows to a new v
-    (-old +new). The row TopKCollection: the baseline a columnar top-k has to beat."""
+    (-old +new); the row TopKCollection and the columnar one on the same batches (as tuple rows,
+    and as Arrow columns: ``columnar_in``), each batch through all of them one after the other
+    (a shared machine's load hits them alike)."""
     groups = max(1, rows // 100)
     data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
+    initial = list(data)
     gc.freeze()
-
-    def build(df):
-        a = df.input("a")
-        df.build(df.add(TopKCollection([1], [2], [True], limit=10), a))
-        return [a]
-
+    updates = []  # the same update batches for both paths
+    for _ in range(batches):
+        d = DiffBatch()
+        for _ in range(batch // 2):
+            i = rng.randrange(rows)
+            old = data[i]
+            new = (old[0], old[1], rng.randrange(10**6))
+            data[i] = new
+            d.rows += [old, new]
+            d.weights += [-1, 1]
+        updates.append(d)
+    types = [pa.int64()] * 3
+    paths = {
+        "row": lambda: TopKCollection([1], [2], [True], limit=10),
+        "columnar": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
+        "columnar_in": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
+    }
+    arrow_updates = [_arrow(d, types) for d in updates]  # what a columnar source hands it
+    print(f"\n== (f) top-10 per partition, {fmt(rows)} rows in {fmt(groups)} partitions")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        p = Pipeline(root, "top_k", build)
-        load_s = load(p, {"a": data})
-        print(f"\n(top-k: loaded {fmt(rows)} rows in {fmt(groups)} partitions in {load_s:.1f} s)")
-        times = []
-        for _ in range(batches):
-            d = DiffBatch()
-            for _ in range(batch // 2):
-                i = rng.randrange(rows)
-                old = data[i]
-                new = (old[0], old[1], rng.randrange(10**6))
-                data[i] = new
-                d.rows += [old, new]
-                d.weights += [-1, 1]
-            dt, _ = p.apply({"a": d})
-            times.append(dt)
-        p.close()
-        scratch = Pipeline(root, "top_k_scratch", build)
-        scratch_s, _ = scratch.apply({"a": DiffBatch.inserts(data)})
-        scratch.close()
+        pipes, loads = {}, {}
+        for kind, make in paths.items():
+
+            def build(df, make=make):
+                a = df.input("a")
+                df.build(df.add(make(), a))
+                return [a]
+
+            pipes[kind] = Pipeline(root, f"top_k_{kind}", build)
+            loads[kind] = load(pipes[kind], {"a": initial})
+        times: dict[str, list[float]] = {kind: [] for kind in paths}
+        outs: dict[str, list[int]] = {kind: [] for kind in paths}
+        for d, da in zip(updates, arrow_updates, strict=True):  # each batch through all, one
+            for kind, p in pipes.items():  # after the other: the same machine load
+                given = da if kind == "columnar_in" else DiffBatch(list(d.rows), list(d.weights))
+                dt_, n = p.apply({"a": given})
+                times[kind].append(dt_)
+                outs[kind].append(n)
+        for p in pipes.values():
+            p.close()
+        for kind, make in paths.items():
+
+            def build(df, make=make):
+                a = df.input("a")
+                df.build(df.add(make(), a))
+                return [a]
+
+            scratch = Pipeline(root, f"top_k_{kind}_scratch", build)
+            scratch_s, _ = scratch.apply({"a": DiffBatch.inserts(data)})
+            scratch.close()
+            med = statistics.median(times[kind])
+            FIGURES[f"top_k_{kind}"] = batch / med
+            print(
+                f"  {kind:>8}: load {loads[kind]:.1f} s; {len(times[kind])} x {fmt(batch)} diffs, "
+                f"median {med * 1000:.1f} ms/batch -> {fmt(batch / med)} diffs/s "
+                f"(~{fmt(statistics.median(outs[kind]))} output diffs/batch); from scratch "
+                f"{scratch_s:.1f} s ({scratch_s / med:,.0f}x a batch)"
+            )
     start = time.perf_counter()
     parts: dict = {}
     for r in data:
@@ -503,7 +541,8 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
     top = [sorted(rs, key=lambda r: -r[2])[:10] for rs in parts.values()]
     python_s = time.perf_counter() - start
     assert sum(map(len, top)) <= 10 * groups
-    report(f"(top_k_row) top-10 per partition, {fmt(rows)} rows", times, batch, scratch_s, python_s)
+    row, col = FIGURES["top_k_row"], FIGURES["top_k_columnar"]
+    print(f"  plain in-memory Python recompute: {python_s:.2f} s; columnar / row: {col / row:.1f}x")
 
 
 def main() -> None:

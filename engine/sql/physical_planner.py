@@ -5,8 +5,9 @@ MapCollection (compiled expressions), Join -> the inner/outer/semi/anti/cross jo
 (equi-conjuncts of the ON condition become key columns, the rest a compiled residual; key
 expressions that are not plain columns are computed into extra columns first), Aggregate ->
 a Map computing group keys and aggregate arguments, then ReduceCollection; TopK and Window ->
-a Map computing their keys, the collection, and a Map dropping the helper columns; set
-operations -> union/distinct/set-operation collections. A logical node reached twice (a CTE used
+a Map computing their keys, the collection (the columnar top-k where its ``supports`` allows),
+and a Map dropping the helper columns; set operations -> union/distinct/set-operation
+collections. A logical node reached twice (a CTE used
 twice) becomes ONE dataflow node. Every source table becomes one dataflow input (named
 ``schema.table``) that receives the table's columns listed in ``PhysicalPlan.inputs``.
 This module must not optimize; it plans exactly what it is given.
@@ -27,6 +28,8 @@ from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollectio
 from engine.dataflow.collections.columnar_join import supports as supports_columnar_join
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
+from engine.dataflow.collections.columnar_top_k import ColumnarTopKCollection
+from engine.dataflow.collections.columnar_top_k import supports as supports_columnar_top_k
 from engine.dataflow.collections.constant import ConstantCollection
 from engine.dataflow.collections.cross_join import CrossJoinCollection
 from engine.dataflow.collections.distinct import DistinctCollection
@@ -141,6 +144,23 @@ def _same_arrow_type(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataTyp
     if pa.types.is_decimal(a) and pa.types.is_decimal(b) and a.scale == b.scale:
         return pa.decimal128(max(a.precision, b.precision), a.scale)
     return None
+
+
+def _computed_arrow_types(
+    exprs: list[exp.Expression], fields: tuple[Field, ...]
+) -> list[pa.DataType | None]:
+    """The Arrow types of the expressions ``with_columns`` appends as columns (those that are
+    not plain columns), in its order: a numeric needs a scale ``value_scale`` derives."""
+    extra = [e for e in exprs if column_index(e, fields) is None]
+    if not extra:
+        return []
+    types = compile_expressions(extra, _refs(fields)).types
+    return [
+        arrow_type(t, value_scale(e, lambda c: _column_type(c, fields)))
+        if isinstance(t, SqlType)
+        else None
+        for e, t in zip(extra, types, strict=True)
+    ]
 
 
 def _distinct(types: list[pa.DataType | None]) -> DistinctCollection | ColumnarDistinctCollection:
@@ -426,21 +446,24 @@ class _PhysicalPlanner:
         up = self.node(plan.input)
         self.require_order(fields, plan.order_by, "ORDER BY ... LIMIT")
         exprs = list(plan.partition_by) + [k.expr for k in plan.order_by]
+        types = value_arrow_types(plan.input) + _computed_arrow_types(exprs, fields)
         up, pos, ext = self.with_columns(up, fields, exprs, "top-k keys")
         np_ = len(plan.partition_by)
-        node = self.df.add(
-            TopKCollection(
-                pos[:np_],
-                pos[np_:],
-                [k.descending for k in plan.order_by],
-                [k.nulls_first for k in plan.order_by],
-                plan.limit,
-                plan.offset,
-                plan.rank_kind,
-                plan.rank_field is not None,
-            ),
-            up,
+        spec = (
+            pos[:np_],
+            pos[np_:],
+            [k.descending for k in plan.order_by],
+            [k.nulls_first for k in plan.order_by],
         )
+        emit_rank = plan.rank_field is not None
+        if supports_columnar_top_k(types, plan.rank_kind, plan.limit):
+            assert plan.limit is not None
+            top: TopKCollection | ColumnarTopKCollection = ColumnarTopKCollection(
+                types, *spec, limit=plan.limit, offset=plan.offset, emit_rank=emit_rank
+            )
+        else:
+            top = TopKCollection(*spec, plan.limit, plan.offset, plan.rank_kind, emit_rank)
+        node = self.df.add(top, up)
         if not ext:
             return node
         n = len(fields)

@@ -89,3 +89,37 @@ def test_column_family_tuning_survives_reopen(state_dir):
     with StateStore(state_dir) as store:
         assert store.table("points", "point").get(b"k") == b"v"
         assert store._db.get(_TUNING_KEY + b"points") == b"point"
+
+
+def test_items_after_stops_at_the_prefix_end(tmp_path):
+    """RocksDB's upper bound ends each scan at its prefix (rocksdict does not keep the bound alive
+    with the iterator by itself: ``items_after`` does), however scans interleave and however the
+    garbage collector runs."""
+    import gc
+    import itertools
+    import random
+
+    rng = random.Random(2)
+    store = StateStore(tmp_path / "s")
+    try:
+        t = store.table("t")
+        keys = sorted(
+            {
+                bytes([0, rng.randrange(40)]) + rng.randbytes(rng.randrange(0, 4))
+                for _ in range(3000)
+            }
+        )
+        t.put_many(keys, [b"v"] * len(keys))
+        store.commit(1)
+        for trial in range(400):
+            p = bytes([0, rng.randrange(40)])
+            a = t.items_after(p, p)
+            other = t.items_after(bytes([0, rng.randrange(40)]), b"\x00")
+            head = list(itertools.islice(a, 3))
+            next(other, None)
+            if trial % 50 == 0:
+                gc.collect()
+            got = [k for k, _ in head + list(a)]
+            assert got == [k for k in keys if k.startswith(p)]
+    finally:
+        store.close()

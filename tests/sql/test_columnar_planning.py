@@ -1,8 +1,9 @@
-"""Which GROUP BYs, DISTINCTs and joins the physical planner sends to the columnar collections (on a
-real catalog).
+"""Which GROUP BYs, DISTINCTs, joins and top-ks the physical planner sends to the columnar
+collections (on a real catalog).
 
 Correctness of those plans is the planner oracle's job (tests/sql/test_planner_oracle.py runs
-``agg-columnar``, ``distinct-columnar`` and friends against Postgres); this checks the choice
+``agg-columnar``, ``distinct-columnar``, ``top-k-columnar`` and friends against Postgres); this
+checks the choice
 itself, so that a silent fallback to the row path cannot pass unnoticed.
 """
 
@@ -67,6 +68,29 @@ JOIN_ROW = [
     "SELECT o.id, p.name FROM orders o JOIN products p ON p.price = o.discount",  # numeric = float
 ]
 
+TOP_K_COLUMNAR = [
+    "SELECT id, amount FROM orders ORDER BY amount DESC NULLS LAST, id LIMIT 5",
+    "SELECT id, created FROM orders ORDER BY created, id LIMIT 4 OFFSET 3",
+    "SELECT * FROM (SELECT id, customer_id, amount, row_number() OVER "
+    "(PARTITION BY customer_id ORDER BY amount DESC, id) AS rn FROM orders) t WHERE rn <= 3",
+    "SELECT id, customer_id FROM orders ORDER BY amount * qty DESC, id LIMIT 6",  # derived scale
+    "SELECT * FROM (SELECT id, status, discount, row_number() OVER (PARTITION BY status "
+    "ORDER BY discount NULLS FIRST, id) AS rn FROM orders) t WHERE rn <= 2",  # floats, text
+    "SELECT id, wall FROM events ORDER BY wall DESC, id LIMIT 3",  # timestamp
+    "SELECT id, kind, day, wall FROM (SELECT id, kind, day, wall, row_number() OVER "
+    "(PARTITION BY kind, day ORDER BY wall NULLS FIRST, id DESC) AS rn FROM events) e "
+    "WHERE rn = 1",
+    "SELECT * FROM (SELECT o.id, c.region, o.amount * o.qty AS total, row_number() OVER "
+    "(PARTITION BY c.region ORDER BY o.amount * o.qty DESC NULLS LAST, o.id) AS rn "
+    "FROM orders o JOIN customers c ON c.id = o.customer_id) t WHERE rn <= 2",
+]
+TOP_K_ROW = [
+    "SELECT id, status FROM (SELECT id, status, rank() OVER "
+    "(PARTITION BY status ORDER BY qty DESC) AS r FROM orders) x WHERE r <= 2",  # rank
+    "SELECT id, at FROM events ORDER BY at, id LIMIT 3",  # timestamptz
+    "SELECT id, customer_id FROM orders ORDER BY amount / qty, id LIMIT 3",  # value-dependent scale
+]
+
 
 @pytest.fixture(scope="module")
 def catalog(pg_server):
@@ -120,6 +144,18 @@ def test_columnar_join_is_chosen(sql, catalog):
 def test_row_join_where_columnar_cannot(sql, catalog):
     plan = _physical(sql, catalog)
     assert "InnerJoin:" in plan and "InnerJoin (columnar)" not in plan
+
+
+@pytest.mark.parametrize("sql", TOP_K_COLUMNAR)
+def test_columnar_top_k_is_chosen(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "TopK (columnar):" in plan and "TopK:" not in plan
+
+
+@pytest.mark.parametrize("sql", TOP_K_ROW)
+def test_row_top_k_where_columnar_cannot(sql, catalog):
+    plan = _physical(sql, catalog)
+    assert "TopK:" in plan and "TopK (columnar)" not in plan
 
 
 VECTOR_EXPLAIN = [

@@ -481,6 +481,28 @@ QUERIES = [
         "ORDER BY total DESC NULLS LAST, customer_id NULLS FIRST LIMIT 3",
         id="limit-over-aggregate",
     ),
+    Q(  # the columnar top-k: per-customer top-3 orders by amount, the row_number kept
+        "SELECT * FROM (SELECT id, customer_id, amount, status, row_number() OVER "
+        "(PARTITION BY customer_id ORDER BY amount DESC, id) AS rn FROM orders) t WHERE rn <= 3",
+        id="top-k-columnar-per-customer",
+    ),
+    Q(  # text DESC NULLS FIRST, floats (NaN-free here), an offset, no rank column
+        "SELECT id, status, discount FROM orders "
+        "ORDER BY status DESC NULLS FIRST, discount, id LIMIT 7 OFFSET 2",
+        id="top-k-columnar-text-float-offset",
+    ),
+    Q(  # partitions by a text and a date, timestamps and NULLS LAST ordering, top-1
+        "SELECT id, kind, day, wall FROM (SELECT id, kind, day, wall, row_number() OVER "
+        "(PARTITION BY kind, day ORDER BY wall NULLS FIRST, id DESC) AS rn FROM events) e "
+        "WHERE rn = 1",
+        id="top-k-columnar-top-1-timestamps",
+    ),
+    Q(  # over a join, ordered by a numeric of a derived scale
+        "SELECT * FROM (SELECT o.id, c.region, o.amount * o.qty AS total, row_number() OVER "
+        "(PARTITION BY c.region ORDER BY o.amount * o.qty DESC NULLS LAST, o.id) AS rn "
+        "FROM orders o JOIN customers c ON c.id = o.customer_id) t WHERE rn <= 2",
+        id="top-k-columnar-over-join",
+    ),
     # -- windows --------------------------------------------------------------------------------
     Q(
         "SELECT id, customer_id, row_number() OVER (PARTITION BY customer_id ORDER BY amount, id) "

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.columnar import kernels as K
-from engine.dataflow.columnar.arrow_types import ColumnConversionError, to_arrow_column, to_python
+from engine.dataflow.columnar.codec_columns import codec_columns, python_rows
 from engine.dataflow.columnar.hot_join_keys import HOT, HotKeys
 from engine.dataflow.columnar.row_block import (
     RowCodec,
@@ -46,7 +46,6 @@ from engine.dataflow.columnar.row_block import (
     unpack_entries,
 )
 from engine.dataflow.errs import BatchFn, evaluate
-from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.arrangement import KEYS
 from engine.dataflow.state.entry_cache import EntryCache
 from engine.dataflow.state.store import StateStore
@@ -196,7 +195,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
 
     def _delta(self, batch: DiffBatch, codec: RowCodec, key: tuple[int, ...]):
         """The batch's rows with a NULL-free key as records, and their normalized key columns."""
-        columns, nans = _columns(batch, codec.types)
+        columns, nans = codec_columns(batch, codec.types)
         weights = batch.column_weights
         valid = None
         for i in key:
@@ -239,7 +238,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         nans = {**lnans, **{len(lcols) + i: m for i, m in rnans.items()}}
         if self.residual is None and not nans:
             return DiffBatch.from_columns(columns, w)
-        rows = _python_rows(columns, nans)
+        rows = python_rows(columns, nans)
         if self.residual is None:
             return DiffBatch(rows, w.tolist())
         results, ok, errs = evaluate(self.residual, DiffBatch(rows, list(range(len(rows)))))
@@ -292,51 +291,6 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             self.entries.put_many([heads[i] for i in put.tolist()], values)
         for i in np.flatnonzero(changed & ~nonempty & present).tolist():
             self.entries.delete(heads[i])
-
-
-def _columns(
-    batch: DiffBatch, types: Sequence[pa.DataType]
-) -> tuple[list[pa.Array], list[np.ndarray | None]]:
-    """The batch as Arrow columns of ``types`` (numeric NaNs as NULL plus a mask per column)."""
-    cols = batch.columns
-    if cols is not None and all(_fits(c.type, t) for c, t in zip(cols, types, strict=True)):
-        return list(cols), [None] * len(types)
-    rows = batch.rows
-    values = list(zip(*rows, strict=True)) if rows else [() for _ in types]
-    out: list[pa.Array] = []
-    nans: list[np.ndarray | None] = []
-    for vals, t in zip(values, types, strict=True):
-        try:
-            out.append(to_arrow_column(list(vals), t))
-            nans.append(None)
-            continue
-        except ColumnConversionError:
-            if not pa.types.is_decimal(t):
-                raise
-        nan = np.fromiter((v is not None and v != v for v in vals), bool, len(vals))
-        out.append(to_arrow_column([None if v is not None and v != v else v for v in vals], t))
-        nans.append(nan)
-    return out, nans
-
-
-def _fits(have: pa.DataType, want: pa.DataType) -> bool:
-    """Whether a column of type ``have`` holds ``want``'s values as the codec reads them."""
-    if pa.types.is_decimal(want):
-        return pa.types.is_decimal(have) and have.scale == want.scale
-    if pa.types.is_string(want):
-        return pa.types.is_string(have) or pa.types.is_large_string(have)
-    if pa.types.is_integer(want):
-        return pa.types.is_integer(have)
-    return have == want
-
-
-def _python_rows(columns: list[pa.Array], nans: dict[int, np.ndarray]) -> list[tuple]:
-    values = [to_python(c) for c in columns]
-    for i, mask in nans.items():
-        col = values[i]
-        for j in np.flatnonzero(mask).tolist():
-            col[j] = NUMERIC_NAN
-    return list(zip(*values, strict=True))
 
 
 def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> _Side:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -88,7 +89,7 @@ def arrow_type(t: SqlType, scale: int | None = None) -> pa.DataType | None:
     return _FIXED.get(t.kind)
 
 
-def to_arrow_column(values: list[Any], typ: pa.DataType) -> pa.Array:
+def to_arrow_column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
     """The Python values of one column as an Arrow array of ``typ`` (exact, or raises)."""
     try:
         if pa.types.is_decimal(typ):

@@ -94,7 +94,7 @@ def first_appearance_groups(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.flatnonzero(new)
 
 
-def _fixed_width_bytes(values: np.ndarray) -> pa.Array:
+def fixed_width_bytes(values: np.ndarray) -> pa.Array:
     """A binary array holding each row of a (n, w) uint8 matrix."""
     n, w = values.shape
     fixed = pa.FixedSizeBinaryArray.from_buffers(
@@ -108,12 +108,12 @@ def _column_bytes(column: pa.Array) -> list[pa.Array]:
     variable width). Equal values under ``group_index`` give equal bytes."""
     column = _plain(column)
     valid = np.asarray(pc.is_valid(column), dtype=np.uint8).reshape(-1, 1)
-    pieces = [_fixed_width_bytes(valid)]
+    pieces = [fixed_width_bytes(valid)]
     t = column.type
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
         data = pc.fill_null(column.cast(pa.binary()), b"")
         lengths = np.asarray(pc.binary_length(data), dtype=">u4").view(np.uint8).reshape(-1, 4)
-        return [*pieces, _fixed_width_bytes(lengths), data]
+        return [*pieces, fixed_width_bytes(lengths), data]
     if pa.types.is_boolean(t):
         v = np.asarray(pc.fill_null(column, False), dtype=np.uint8).reshape(-1, 1)
     elif pa.types.is_floating(t):
@@ -133,7 +133,7 @@ def _column_bytes(column: pa.Array) -> list[pa.Array]:
         v = raw.astype(">i8").view(np.uint8).reshape(-1, 8)
     else:
         raise TypeError(f"no key encoding for Arrow type {t}")
-    return [*pieces, _fixed_width_bytes(v)]
+    return [*pieces, fixed_width_bytes(v)]
 
 
 def key_bytes(columns: list[pa.Array]) -> list[bytes]:

@@ -15,7 +15,8 @@ over the joined buffer, no per-row Python, no pickle)::
     value = u32 nl | u32 nr | u32 bytes of left text | nl left records | nr right records
             | left text values | right text values          (row by row, column by column)
 
-This module must not know about keys, RocksDB or the join itself.
+``pack_rows``/``unpack_rows`` do the same for one row per value (the top-k's entries). This module
+must not know about keys, RocksDB or the join itself.
 """
 
 from __future__ import annotations
@@ -99,12 +100,14 @@ class Rows:
 class RowCodec:
     """The record layout of rows of the Arrow ``types`` (every one must have a ``column_kind``)."""
 
-    def __init__(self, types: Sequence[pa.DataType]) -> None:
+    def __init__(self, types: Sequence[pa.DataType], hashed: bool = True) -> None:
         self.types = list(types)
         self.kinds = [column_kind(t) for t in self.types]
         if None in self.kinds:
             raise ValueError(f"no record codec for {self.types}")
-        fields: list = [("w", "<i8"), ("h", "<u8"), ("f", "u1", (max(1, len(types)),))]
+        self.hashed = hashed  # records without ``h`` for callers that identify rows otherwise
+        fields: list = [("w", "<i8")] + ([("h", "<u8")] if hashed else [])
+        fields += [("f", "u1", (max(1, len(types)),))]
         fields += [(f"c{i}", _FORMATS[k]) for i, k in enumerate(self.kinds)]
         self.dtype = np.dtype(fields)
         self.text = [i for i, k in enumerate(self.kinds) if k == "s"]
@@ -114,13 +117,19 @@ class RowCodec:
 
     # -- Arrow -> records ---------------------------------------------------------------------------
     def encode(
-        self, columns: Sequence[pa.Array], nans: Sequence[np.ndarray | None], weights: np.ndarray
+        self,
+        columns: Sequence[pa.Array],
+        nans: Sequence[np.ndarray | None],
+        weights: np.ndarray,
+        hashes: bool = True,
     ) -> Rows:
         """Records of the rows of ``columns`` (of ``self.types``; ``nans[i]``: numeric NaN rows of
-        column i, which hold NULL in the Arrow column) with ``weights``, and their hashes."""
+        column i, which hold NULL in the Arrow column) with ``weights``, and their hashes (zero
+        with ``hashes=False``; none in a codec made with ``hashed=False``)."""
         n = len(weights)
         rec = np.zeros(n, self.dtype)
         rec["w"] = weights
+        hashes = hashes and self.hashed
         h = np.zeros(n, np.uint64)
         strs: list[pa.Array] = []
         flags = rec["f"]
@@ -135,18 +144,25 @@ class RowCodec:
             flags[:, i] = flag
             if kind == "s":
                 text = (pc.fill_null(col, "") if col.null_count else col).cast(pa.large_string())
-                offsets = _offsets(text)
+                offsets = large_offsets(text)
                 rec[f"c{i}"] = np.diff(offsets)
                 data = text.buffers()[2]
-                raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-                bits = K.string_hashes(raw, offsets)
                 strs.append(text)
+                if hashes:
+                    raw = (
+                        np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+                    )
+                    bits = K.string_hashes(raw, offsets)
             else:
                 values, bits = _fixed(col, kind)
                 rec[f"c{i}"] = values
-            bits = np.where(flag == 1, bits, np.uint64(0)) ^ (flag.astype(np.uint64) * _FLAG_SALT)
-            h = K.combine_hashes(h, bits)
-        rec["h"] = h
+            if hashes:
+                bits = np.where(flag == 1, bits, np.uint64(0)) ^ (
+                    flag.astype(np.uint64) * _FLAG_SALT
+                )
+                h = K.combine_hashes(h, bits)
+        if self.hashed:
+            rec["h"] = h
         return Rows(rec, strs)
 
     # -- records -> Arrow ---------------------------------------------------------------------------
@@ -189,7 +205,7 @@ class RowCodec:
         return out, nans
 
 
-def _offsets(text: pa.Array) -> np.ndarray:
+def large_offsets(text: pa.Array) -> np.ndarray:
     """The n+1 int64 offsets of a large_string array (relative to its data buffer)."""
     return np.frombuffer(text.buffers()[1], np.int64, len(text) + 1, 8 * text.offset)
 
@@ -221,13 +237,13 @@ def _fixed(col: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- per-key values ------------------------------------------------------------------------------
-def _starts(counts: np.ndarray) -> np.ndarray:
+def run_starts(counts: np.ndarray) -> np.ndarray:
     out = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=out[1:])
     return out
 
 
-def _row_major_text(rows: Rows) -> tuple[pa.Buffer | None, np.ndarray]:
+def row_major_text(rows: Rows) -> tuple[pa.Buffer | None, np.ndarray]:
     """The text values of ``rows`` row by row (all of row 0's, then row 1's...) as one buffer,
     and the byte offset where each row's text starts (n+1)."""
     n = len(rows)
@@ -239,12 +255,12 @@ def _row_major_text(rows: Rows) -> tuple[pa.Buffer | None, np.ndarray]:
         m = len(rows.strs)
         idx = (np.arange(m, dtype=np.int64)[None, :] * n + np.arange(n)[:, None]).ravel()
         text = pa.concat_arrays(rows.strs).take(pa.array(idx))
-    offsets = _offsets(text)
+    offsets = large_offsets(text)
     step = len(rows.strs)
     return text.buffers()[2], offsets[::step]
 
 
-def _binary(offsets: np.ndarray, data: pa.Buffer | bytes | None) -> pa.Array:
+def binary_over(offsets: np.ndarray, data: pa.Buffer | bytes | None) -> pa.Array:
     """A large_binary array over ``data`` with the given n+1 offsets (no copy)."""
     if data is None:
         data = b""
@@ -259,34 +275,34 @@ def pack_entries(
     """One value per key: ``left``/``right`` hold the keys' rows key after key, ``lcounts[e]``/
     ``rcounts[e]`` rows of key ``e``."""
     ne = len(lcounts)
-    ls, rs = _starts(lcounts), _starts(rcounts)
-    ltext, lrow = _row_major_text(left)
-    rtext, rrow = _row_major_text(right)
+    ls, rs = run_starts(lcounts), run_starts(rcounts)
+    ltext, lrow = row_major_text(left)
+    rtext, rrow = row_major_text(right)
     loff, roff = lrow[ls], rrow[rs]
     head = np.empty((ne, 3), "<u4")
     head[:, 0], head[:, 1], head[:, 2] = lcounts, rcounts, np.diff(loff)
     pieces = [
-        _binary(np.arange(ne + 1, dtype=np.int64) * _HEADER, head.tobytes()),
-        _binary(ls * lc.dtype.itemsize, left.rec.tobytes()),
-        _binary(rs * rc.dtype.itemsize, right.rec.tobytes()),
-        _binary(loff, ltext),
-        _binary(roff, rtext),
+        binary_over(np.arange(ne + 1, dtype=np.int64) * _HEADER, head.tobytes()),
+        binary_over(ls * lc.dtype.itemsize, left.rec.tobytes()),
+        binary_over(rs * rc.dtype.itemsize, right.rec.tobytes()),
+        binary_over(loff, ltext),
+        binary_over(roff, rtext),
     ]
     return pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.large_binary())).to_pylist()
 
 
-def _gather(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Buffer:
+def gather_segments(buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Buffer:
     """The segments ``buf[starts[i]:starts[i]+lengths[i]]`` (increasing, apart) back to back."""
     if not len(starts):
         return pa.py_buffer(b"")
     bounds = np.empty(2 * len(starts), np.int64)
     bounds[0::2], bounds[1::2] = starts, starts + lengths
-    segs = _binary(bounds, buf).take(pa.array(np.arange(0, 2 * len(starts), 2)))
+    segs = binary_over(bounds, buf).take(pa.array(np.arange(0, 2 * len(starts), 2)))
     off = np.frombuffer(segs.buffers()[1], np.int64, len(segs) + 1, 8 * segs.offset)
     return segs.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
 
 
-def _texts(
+def text_columns(
     codec: RowCodec, rec: np.ndarray, counts: np.ndarray, starts: np.ndarray, buf: pa.Buffer
 ) -> list[pa.Array]:
     """The text columns of the records ``rec`` (``counts[e]`` rows of entry ``e``, whose text
@@ -297,9 +313,9 @@ def _texts(
     n = len(rec)
     lengths = np.stack([rec[f"c{i}"] for i in codec.text], axis=1).astype(np.int64).ravel()
     k = counts * m  # text values per entry
-    first = _starts(k + 1)[:-1]  # each entry's first boundary
+    first = run_starts(k + 1)[:-1]  # each entry's first boundary
     entry = np.repeat(np.arange(len(counts)), k)
-    within = np.arange(len(lengths), dtype=np.int64) - np.repeat(_starts(k)[:-1], k)
+    within = np.arange(len(lengths), dtype=np.int64) - np.repeat(run_starts(k)[:-1], k)
     x = np.zeros(int((k + 1).sum()), np.int64)
     x[first[entry] + within + 1] = lengths
     c = np.cumsum(x)
@@ -322,7 +338,7 @@ def unpack_entries(
     lengths = np.fromiter(map(len, values), np.int64, len(values))
     blob = b"".join(values)
     buf = pa.py_buffer(blob)
-    starts = _starts(lengths)[:-1]
+    starts = run_starts(lengths)[:-1]
     raw = np.frombuffer(blob, np.uint8)
     head = raw[starts[:, None] + np.arange(_HEADER)].view("<u4").astype(np.int64)
     nl, nr, ltext = head[:, 0], head[:, 1], head[:, 2]
@@ -331,9 +347,45 @@ def unpack_entries(
     rrec_at = lrec_at + nl * lw
     ltext_at = rrec_at + nr * rw
     rtext_at = ltext_at + ltext
-    lrec = np.frombuffer(_gather(buf, lrec_at, nl * lw), lc.dtype)
-    rrec = np.frombuffer(_gather(buf, rrec_at, nr * rw), rc.dtype)
-    left = Rows(lrec, _texts(lc, lrec, nl, ltext_at, buf))
-    right = Rows(rrec, _texts(rc, rrec, nr, rtext_at, buf))
+    lrec = np.frombuffer(gather_segments(buf, lrec_at, nl * lw), lc.dtype)
+    rrec = np.frombuffer(gather_segments(buf, rrec_at, nr * rw), rc.dtype)
+    left = Rows(lrec, text_columns(lc, lrec, nl, ltext_at, buf))
+    right = Rows(rrec, text_columns(rc, rrec, nr, rtext_at, buf))
     entry = np.arange(len(values), dtype=np.int64)
     return left, np.repeat(entry, nl), right, np.repeat(entry, nr)
+
+
+# -- one value per row -----------------------------------------------------------------------------
+def pack_rows(codec: RowCodec, rows: Rows) -> pa.Array:
+    """One value per row, ``record | the row's text values``, as a large_binary array (the
+    top-k's state entries: a row's weight is its record's ``w``)."""
+    n = len(rows)
+    text, row_text = row_major_text(rows)
+    return pc.binary_join_element_wise(
+        binary_over(np.arange(n + 1, dtype=np.int64) * codec.dtype.itemsize, rows.rec.tobytes()),
+        binary_over(row_text, text),
+        pa.scalar(b"", pa.large_binary()),
+    )
+
+
+def pack_row_values(codec: RowCodec, rows: Rows) -> list[bytes]:
+    """``pack_rows`` as a list of bytes (rows without text: straight from the records)."""
+    if not codec.text:
+        return rows.rec.view(f"V{codec.dtype.itemsize}").tolist() if len(rows) else []
+    return pack_rows(codec, rows).to_pylist()
+
+
+def unpack_rows(codec: RowCodec, values: Sequence[bytes]) -> Rows:
+    """The rows of ``pack_rows`` values (one pass over all of them)."""
+    n = len(values)
+    if not n:
+        return codec.empty()
+    size = codec.dtype.itemsize
+    blob = b"".join(values)
+    if not codec.text:
+        return Rows(np.frombuffer(blob, codec.dtype).copy(), [])
+    lengths = np.fromiter(map(len, values), np.int64, n)
+    at = run_starts(lengths)[:-1]
+    buf = pa.py_buffer(blob)
+    rec = np.frombuffer(gather_segments(buf, at, np.full(n, size, np.int64)), codec.dtype).copy()
+    return Rows(rec, text_columns(codec, rec, np.ones(n, np.int64), at + size, buf))

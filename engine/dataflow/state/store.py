@@ -28,6 +28,7 @@ from rocksdict import (
     Options,
     Rdict,
     RdictIter,
+    ReadOptions,
     WriteBatch,
 )
 
@@ -276,6 +277,28 @@ class StateTable:
                 return
             yield k, it.value()
             step()
+
+    def items_from(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs from ``start`` (>= ``prefix``) to the last key starting with
+        ``prefix``, in key order: one rocksdict call per entry (~0.5 us), the fastest scan.
+
+        The prefix is checked here, per entry (``items_after`` has RocksDB stop instead)."""
+        for kv in self._cf.items(from_key=start):
+            if not kv[0].startswith(prefix):
+                return
+            yield kv
+
+    def items_after(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs from ``start`` to the last key starting with ``prefix``, in key
+        order, with RocksDB's own upper bound (``itertools.islice`` it: no Python per entry but
+        this generator's). rocksdict does not keep a read option's bound alive with its iterator
+        (scans ran past it), so this generator holds the options while it runs."""
+        options = ReadOptions()
+        bound = prefix_successor(prefix)
+        if bound is not None:
+            options.set_iterate_upper_bound(bound)
+        yield from self._cf.items(from_key=start, read_opt=options)
+        del options
 
     def scan_all(self) -> Iterator[tuple[bytes, bytes]]:
         it = self._cf.iter()

@@ -1,0 +1,462 @@
+"""ColumnarTopKCollection: ``row_number`` top-k computed a time at a time in arrays.
+
+The same output as ``TopKCollection(rank_kind="row_number", limit=...)``: per partition the rows
+at positions offset .. offset+limit-1 in ORDER BY order (Postgres' NULL placement, NaN above
+every number, text in the C collation), duplicates counted by multiplicity, ties among peers
+broken by the row's ``encode_key`` bytes as in the row collection (``sort_keys.identity_bytes`` of
+the columns that are neither partition nor ORDER BY columns: it orders peers alike),
+``emit_rank`` appending the row_number; it emits exactly the difference between the old and new
+selections. ``supports`` says which plans it takes (the physical planner falls back to the row
+top-k otherwise).
+
+State, in the collection's column family: one entry per *write*, key ``P | rk | seq`` (P the
+partition's key bytes, rk = ORDER BY bytes + identity bytes, seq the writing time), value the row
+as a fixed-width record whose weight is the count it adds (``partition_tails``). Per partition a
+*head*: every row up to ``head_end``, at least offset+limit live positions (or the whole
+partition), whose entries are compact (one per row, holding its count); ``head_end`` is kept in
+``<name>.heads`` and, with the packed head rows, in a bounded memory cache (``partition_heads``).
+
+A time (``process``):
+
+1. the delta becomes Arrow columns and records once; P, rk for every row (vectorized), then one
+   sort consolidates it by ``P | rk``;
+2. the touched partitions' head ends come from the cache, the misses from one ``get_many``;
+3. a change past its partition's head end can neither enter the selection nor move a selected
+   row: it is staged blind (a put of its weight, no read). A partition whose changes all lie
+   there is done;
+4. the other partitions' heads (cache, or one bounded scan) and their in-head changes are merged
+   in one sort; a head left below offset+limit live positions is refilled by a scan of the tail;
+   old and new selections come from segmented sums; their difference is the output;
+5. heads longer than offset+limit+2*slack are cut back to offset+limit+slack (the rest stays in
+   state as the tail); changed head ends are staged; the new heads go to the cache;
+6. a blind delete leaves two entries that sum to zero: partitions with blind deletes compact a
+   window of their tails by chance (``tail_compaction``), which holds a tail's garbage near half
+   its entries.
+
+Reads see committed state only, writes are staged; the cache may hold the time in progress and
+is emptied by a rollback. It must not keep more than the cache's budget in memory between times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.collection import StatefulCollection
+from engine.dataflow.columnar import kernels as K
+from engine.dataflow.columnar import top_k_select as sel
+from engine.dataflow.columnar.codec_columns import codec_columns, python_rows
+from engine.dataflow.columnar.partition_heads import (
+    HeadCache,
+    KeyedRows,
+    decode_meta,
+    encode_meta,
+    pack_heads,
+    unpack_heads,
+)
+from engine.dataflow.columnar.partition_tails import (
+    AFTER_ROW,
+    PartitionTails,
+    Scan,
+    TailChanges,
+)
+from engine.dataflow.columnar.row_block import (
+    RowCodec,
+    Rows,
+    column_kind,
+    pack_row_values,
+    unpack_rows,
+)
+from engine.dataflow.columnar.sort_keys import identity_bytes, partition_bytes, sortable_bytes
+from engine.dataflow.columnar.tail_compaction import TailCompaction
+from engine.dataflow.state.sorted_partitions import order_description, order_spec
+from engine.dataflow.state.store import StateStore
+
+_SIGN = 1 << 63
+
+
+def supports(
+    column_types: Sequence[pa.DataType | None],
+    rank_kind: str = "row_number",
+    limit: int | None = 1,
+) -> bool:
+    """Whether ``ColumnarTopKCollection`` computes a top-k over rows of these Arrow column types
+    (None: no Arrow type): ``row_number`` with a limit of at least 1, every column of a record
+    codec type (ints, floats, bools, dates, timestamps, numerics of a known scale, text).
+
+    >>> supports([pa.int64(), pa.string()]), supports([pa.int64(), None])
+    (True, False)
+    >>> supports([pa.int64()], "rank"), supports([pa.int64()], limit=None)
+    (False, False)
+    """
+    return (
+        rank_kind == "row_number"
+        and limit is not None
+        and limit >= 1
+        and bool(column_types)
+        and all(t is not None and column_kind(t) is not None for t in column_types)
+    )
+
+
+class ColumnarTopKCollection(StatefulCollection):
+    """Positions offset .. offset+limit-1 of each partition (see the module docstring)."""
+
+    def __init__(
+        self,
+        column_types: Sequence[pa.DataType],
+        partition_key: Sequence[int],
+        order_by: Sequence[int],
+        descending: Sequence[bool],
+        nulls_first: Sequence[bool | None] | None = None,
+        limit: int = 1,
+        offset: int = 0,
+        emit_rank: bool = False,
+        cache_bytes: int = 64 << 20,
+        slack: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not supports(column_types, "row_number", limit):
+            raise ValueError(f"ColumnarTopKCollection cannot hold {list(column_types)}, {limit=}")
+        if offset < 0:
+            raise ValueError(f"TopK offset must be >= 0, got {offset}")
+        self.codec = RowCodec(column_types, hashed=False)
+        self.partition_key = tuple(partition_key)
+        self.order_by, self.descending, self.nulls_first = order_spec(
+            "TopK", order_by, descending, nulls_first
+        )
+        self.limit, self.offset, self.emit_rank = limit, offset, emit_rank
+        keyed = set(self.partition_key) | set(self.order_by)
+        #: the columns whose repr tells peers apart (the others are equal among peers)
+        self.payload = [i for i in range(len(column_types)) if i not in keyed]
+        self.hi = offset + limit
+        self.slack = max(2, limit // 4) if slack is None else slack
+        self.cache_bytes = cache_bytes
+        #: partitions whose changes all lay past their heads, heads refilled from their tails,
+        #: heads cut back (observability, tests)
+        self.skipped = self.refills = self.cuts = 0
+
+    def open(self, store: StateStore | None) -> None:
+        super().open(store)
+        assert store is not None and self.table is not None
+        self.heads = store.table(f"{self.name}.heads", "point")
+        self.cache = HeadCache(store, self.cache_bytes)
+        self.tails = PartitionTails(self.table)
+        self.compaction = TailCompaction(self.table)
+
+    def describe(self) -> str:
+        s = (
+            f"TopK (columnar): partition={list(self.partition_key)} "
+            f"order={order_description(self.order_by, self.descending, self.nulls_first)}"
+            f" limit={self.limit}"
+        )
+        if self.offset:
+            s += f" offset={self.offset}"
+        return s + (" emit_rank" if self.emit_rank else "")
+
+    # -- the time's work ----------------------------------------------------------------------------
+    def on_time_end(self, time: int) -> DiffBatch:
+        """The time's input as it came: ``_changes`` consolidates it in arrays."""
+        delta = DiffBatch.concat(self._pending[0])
+        self._pending = [[]]
+        if not delta:
+            return DiffBatch()
+        return self.process(time, [delta])
+
+    def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
+        suffix = ((time + _SIGN) % (1 << 64)).to_bytes(8, "big")
+        changes, prefixes = self._changes(deltas[0], suffix)
+        if not len(changes):
+            return DiffBatch()
+        ends, blobs, counts = self._lookup(prefixes)
+        complete = np.fromiter((e is None for e in ends), bool, len(ends))
+        end_of = pa.array([b"" if e is None else e for e in ends], pa.large_binary())
+        past = np.asarray(pc.greater(changes.rk, end_of.take(pa.array(changes.part))), bool)
+        past &= ~complete[changes.part]
+        active = np.zeros(len(prefixes), bool)
+        active[changes.part[~past]] = True
+        self.skipped += len(prefixes) - int(active.sum())
+        pi = np.flatnonzero(past)
+        blind = changes.take(pi)
+        tail = TailChanges(
+            blind.part, blind.rk, blind.counts.copy(), pack_row_values(self.codec, blind.rows)
+        )
+        out = DiffBatch()
+        act = np.flatnonzero(active)
+        if len(act):
+            heads = self._heads(act, prefixes, ends, blobs, counts, suffix)
+            inside = changes.take(np.flatnonzero(~past))
+            out, now_ends = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
+        else:
+            now_ends = ends
+        self.compaction.run(prefixes, now_ends, tail, suffix, time)
+        tail.stage_blind(self.table, prefixes, suffix)
+        misses = [j for j in np.flatnonzero(~active).tolist() if blobs[j] is None]
+        self.cache.put_many(
+            [prefixes[j] for j in misses], [ends[j] for j in misses], [None] * len(misses),
+            [0] * len(misses),
+        )  # fmt: skip
+        return out
+
+    def _changes(self, delta: DiffBatch, suffix: bytes) -> tuple[KeyedRows, list[bytes]]:
+        """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes."""
+        cols, nans = codec_columns(delta, self.codec.types)
+        n = len(delta)
+
+        def pick(idx):
+            return [cols[i] for i in idx], [nans[i] for i in idx]
+
+        pcols, pnans = pick(self.partition_key)
+        flags = [pa.array(m) for m in pnans if m is not None]  # numeric NaN apart from NULL
+        code, first_row = K.group_index(pcols + flags, n)
+        sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
+        identity = identity_bytes(*pick(self.payload), n)
+        rk = pc.binary_join_element_wise(sortable, identity, b"")
+        order = np.asarray(
+            pc.sort_indices(
+                pa.table({"p": code, "k": rk}), [("p", "ascending"), ("k", "ascending")]
+            ),
+            np.int64,
+        )  # stable: a row's first occurrence comes first
+        new_part = np.ones(n, bool)
+        new_part[1:] = code[order[1:]] != code[order[:-1]]
+        starts = np.flatnonzero(_breaks(rk.take(pa.array(order))) | new_part)
+        w = np.add.reduceat(np.asarray(delta.column_weights, np.int64)[order], starts)
+        keep = order[starts[w != 0]]
+        w = w[w != 0]
+        kept_code = code[keep]
+        new_part = np.ones(len(keep), bool)
+        new_part[1:] = kept_code[1:] != kept_code[:-1]
+        part = np.cumsum(new_part) - 1
+        take = pa.array(keep, pa.int64())
+        rows = self.codec.encode(
+            [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
+        )
+        seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
+        rep = first_row[kept_code[new_part]]
+        at = pa.array(rep, pa.int64())
+        prefixes = partition_bytes(
+            [c.take(at) for c in pcols], [None if m is None else m[rep] for m in pnans], len(rep)
+        ).to_pylist()
+        return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
+
+    def _lookup(self, prefixes: list[bytes]):
+        """Per partition: head end, packed head (None: not in memory), rows in it."""
+        cached = self.cache.get_many(prefixes)
+        miss = [j for j, c in enumerate(cached) if c is None]
+        if miss:
+            raws = self.heads.get_many([prefixes[j] for j in miss])
+            for j, raw in zip(miss, raws, strict=True):
+                cached[j] = (decode_meta(raw), None, 0)
+        ends = [c[0] for c in cached]  # type: ignore[index]
+        blobs = [c[1] for c in cached]  # type: ignore[index]
+        counts = [c[2] for c in cached]  # type: ignore[index]
+        return ends, blobs, counts
+
+    def _heads(self, act, prefixes, ends, blobs, counts, suffix) -> KeyedRows:
+        """The committed head rows of the active partitions ``act`` (partition = touched index):
+        from the cache, else read from state up to the head's end."""
+        have = [j for j in act.tolist() if blobs[j] is not None]
+        parts = []
+        if have:
+            n = np.array([counts[j] for j in have], np.int64)
+            h = unpack_heads(self.codec, [blobs[j] for j in have], n)
+            h.part = np.asarray(have, np.int64)[h.part]
+            parts.append(h)
+        for j in act.tolist():
+            if blobs[j] is None:
+                parts.append(
+                    self._scanned(j, self.tails.scan(prefixes[j], b"", suffix, until=ends[j]))
+                )
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return _no_rows(self.codec)
+        heads = KeyedRows.concat(parts)
+        return heads.take(np.argsort(heads.part, kind="stable"))
+
+    def _scanned(self, j: int, scan: Scan) -> KeyedRows:
+        """A scan's rows as partition ``j``'s KeyedRows."""
+        rows = scan.rows
+        return KeyedRows(
+            np.full(len(rows), j, np.int64),
+            pa.array([r[0] for r in rows], pa.large_binary()),
+            np.frombuffer(b"".join(r[1] for r in rows), ">u8").astype(np.uint64),
+            unpack_rows(self.codec, [r[3] for r in rows]),
+        )
+
+    def _merge(self, act, heads, inside, tail, prefixes, ends, suffix):
+        """Merge the active partitions' heads with their in-head changes, refill short heads,
+        stage the writes, cut long heads, update the cache; returns the selections' change.
+
+        The merged rows stay indices (``src``) into the heads and changes (``both``) with
+        their partition and old and new counts; rows are taken once, for what needs them.
+        Returns the output and every partition's head end after the time."""
+        nh = len(heads)
+        both = KeyedRows.concat([heads, inside])
+        tag = np.concatenate([np.zeros(nh, np.int8), np.ones(len(inside), np.int8)])
+        table = pa.table({"p": both.part, "k": both.rk, "t": tag})
+        o = np.asarray(
+            pc.sort_indices(table, [("p", "ascending"), ("k", "ascending"), ("t", "ascending")]),
+            np.int64,
+        )
+        ps = both.part[o]
+        pair = ~_breaks(both.rk.take(pa.array(o)))  # a change right after the head row it changes
+        pair[1:] &= ps[1:] == ps[:-1]
+        lead = np.flatnonzero(~pair)
+        last = np.append(lead[1:] - 1, len(o) - 1)
+        h_at, c_at = o[lead], o[last]
+        has_h, has_c = h_at < nh, c_at >= nh
+        counts = both.counts
+        old = np.where(has_h, counts[h_at], 0)
+        new = old + np.where(has_c, counts[c_at], 0)
+        src = np.where(has_h, h_at, c_at)
+        part = ps[lead]
+        self._stage_merged(both, src[has_c], new[has_c], has_h[has_c], prefixes)
+        new_ends = list(ends)
+        refills, moved = self._refill(act, part, new, tail, prefixes, new_ends, suffix)
+        if refills:
+            n0 = len(both)
+            both = KeyedRows.concat([both, *refills])
+            extra = np.arange(n0, len(both))
+            src = np.concatenate([src, extra])
+            part = np.concatenate([part, both.part[extra]])
+            old = np.concatenate([old, np.zeros(len(extra), np.int64)])
+            new = np.concatenate([new, both.counts[extra]])
+            order = np.argsort(part, kind="stable")
+            src, part, old, new = src[order], part[order], old[order], new[order]
+        out, start = self._output(both.rows, src, part, old, new)
+        self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)
+        return out, new_ends
+
+    def _stage_merged(self, both: KeyedRows, src, new, had, prefixes) -> None:
+        """Writes of the changed head rows: each row's one entry rewritten with its new count
+        (``src``: the rows in ``both``, ``had``: whether the row had an entry)."""
+        if not len(src):
+            return
+        rows = both.take(src)
+        keys = _entry_keys(rows, prefixes)
+        live = new != 0
+        self.table.delete_many([keys[i] for i in np.flatnonzero(~live & had).tolist()])
+        put = np.flatnonzero(live)
+        records = rows.rows.take(put)
+        records.rec["w"] = new[put]
+        self.table.put_many([keys[i] for i in put.tolist()], pack_row_values(self.codec, records))
+
+    def _refill(self, act, part, new, tail, prefixes, ends, suffix):
+        """Heads left below offset+limit live positions read on into their tails; returns the
+        rows read and the partitions whose head end moved."""
+        live = sel.live_totals(part, new, len(prefixes))
+        out: list[KeyedRows] = []
+        short = act[live[act] < self.hi].tolist()
+        moved = []
+        for j in short:
+            if ends[j] is None:
+                continue
+            moved.append(j)
+            items, idx = tail.of(j)
+            scan = self.tails.scan(
+                prefixes[j], ends[j] + AFTER_ROW, suffix, items,
+                live_target=self.hi + self.slack, live_before=int(live[j]),
+            )  # fmt: skip
+            tail.consume(idx, scan.consumed)
+            self.refills += 1
+            ends[j] = None if scan.ended else scan.last
+            if scan.rows:
+                out.append(self._scanned(j, scan))
+        return out, moved
+
+    def _output(self, rows: Rows, src, part, old, new) -> tuple[DiffBatch, np.ndarray]:
+        """The change of the merged partitions' selections (rows ``rows[src]``, ordered by
+        partition and position, with their old and new counts), and each row's new live start."""
+        lo, hi = self.offset, self.hi
+        old_start = sel.live_starts(part, old)
+        new_start = sel.live_starts(part, new)
+        was, now = sel.selected(old_start, old, lo, hi), sel.selected(new_start, new, lo, hi)
+        if not self.emit_rank:
+            diff = now - was
+            idx = np.flatnonzero(diff)
+            return self._rows(rows, src[idx], diff[idx], None), new_start
+        ro, rank_o = sel.ranked(old_start, was, lo)
+        rn, rank_n = sel.ranked(new_start, now, lo)
+        code = np.concatenate([ro * (hi + 1) + rank_o, rn * (hi + 1) + rank_n])
+        sign = np.concatenate([np.full(len(ro), -1, np.int64), np.ones(len(rn), np.int64)])
+        uniq, inv = np.unique(code, return_inverse=True)
+        total = np.bincount(inv.reshape(-1), weights=sign, minlength=len(uniq)).astype(np.int64)
+        k = np.flatnonzero(total)
+        out = self._rows(rows, src[uniq[k] // (hi + 1)], total[k], uniq[k] % (hi + 1))
+        return out, new_start
+
+    def _rows(self, rows: Rows, idx, weights, ranks) -> DiffBatch:
+        if not len(idx):
+            return DiffBatch()
+        cols, nans = self.codec.arrays(rows.take(idx))
+        if ranks is not None:
+            cols.append(pa.array(ranks, pa.int64()))
+        if nans:
+            return DiffBatch(python_rows(cols, nans), np.asarray(weights).tolist())
+        return DiffBatch.from_columns(cols, np.asarray(weights, np.int64))
+
+    def _cut_and_cache(
+        self, act, both, src, part, new, start, prefixes, ends, new_ends, moved
+    ) -> None:
+        """Cut heads past offset+limit+2*slack back to offset+limit+slack live positions, stage
+        the head ends that moved, and cache the new heads."""
+        live = sel.live_totals(part, new, len(prefixes))
+        long_ = live > self.hi + 2 * self.slack  # only active partitions have rows here
+        keep = new != 0
+        if long_.any():
+            keep &= ~long_[part] | (start < self.hi + self.slack)
+        kept = np.flatnonzero(keep)
+        heads = both.take(src[kept])
+        heads.rows.rec["w"] = new[kept]
+        cut = np.flatnonzero(long_).tolist()
+        self.cuts += len(cut)
+        if cut:
+            last = np.flatnonzero(np.append(heads.part[1:] != heads.part[:-1], True))
+            at = last[long_[heads.part[last]]]
+            for j, rk in zip(cut, heads.rk.take(pa.array(at)).to_pylist(), strict=True):
+                new_ends[j] = rk
+        for j in set(moved + cut):
+            if new_ends[j] != ends[j]:
+                if new_ends[j] is None:
+                    self.heads.delete(prefixes[j])
+                else:
+                    self.heads.put(prefixes[j], encode_meta(new_ends[j]))
+        index = np.zeros(len(prefixes), np.int64)
+        index[act] = np.arange(len(act))
+        heads.part = index[heads.part]
+        packed = pack_heads(self.codec, heads, len(act))
+        rows_in = np.bincount(heads.part, minlength=len(act)).tolist()
+        acts = act.tolist()
+        self.cache.put_many(
+            [prefixes[j] for j in acts], [new_ends[j] for j in acts], packed, rows_in
+        )
+
+
+def _breaks(values: pa.Array) -> np.ndarray:
+    """Where a sorted binary array's value differs from the one before (True at 0)."""
+    n = len(values)
+    out = np.ones(n, bool)
+    if n > 1:
+        out[1:] = ~np.asarray(pc.equal(values.slice(1), values.slice(0, n - 1)), bool)
+    return out
+
+
+def _no_rows(codec: RowCodec) -> KeyedRows:
+    return KeyedRows(
+        np.zeros(0, np.int64), pa.array([], pa.large_binary()), np.zeros(0, np.uint64),
+        codec.empty(),
+    )  # fmt: skip
+
+
+def _entry_keys(rows: KeyedRows, prefixes: list[bytes]) -> list[bytes]:
+    """``P | rk | seq`` of each row."""
+    p = pa.array(prefixes, pa.large_binary()).take(pa.array(rows.part))
+    seq = K.fixed_width_bytes(rows.seq.astype(">u8").view(np.uint8).reshape(-1, 8))
+    return pc.binary_join_element_wise(
+        p, rows.rk, seq.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary())
+    ).to_pylist()
