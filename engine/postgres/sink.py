@@ -436,11 +436,19 @@ class ResultSink:
         if row is not None and row[0] == 0:
             cur.execute(sql.SQL("CREATE INDEX ON {} ({})").format(table, self._row_hash_index))
 
-    def _wrap(self, what: str, err: Exception) -> ViewError:
-        return ViewError(
-            f"{what} into result table {self.qualified_name} of view {self.view} failed and was "
-            f"rolled back (no rows and no LSN changed): {type(err).__name__}: {err}"
-        )
+    @contextlib.contextmanager
+    def _failures(self, what: str) -> Iterator[None]:
+        """A write's failure as a ViewError naming ``what`` (it was rolled back); connection
+        losses and ViewErrors go through as they are."""
+        try:
+            yield
+        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
+            raise ViewError(
+                f"{what} into result table {self.qualified_name} of view {self.view} failed and "
+                f"was rolled back (no rows and no LSN changed): {type(e).__name__}: {e}"
+            ) from e
 
     # -- running phase --------------------------------------------------------------------------
     def apply(
@@ -459,65 +467,62 @@ class ResultSink:
         ``strict`` on, a repeated row with negative weight makes the delete find too few rows
         and raises instead of writing a wrong result.
         """
-        if isinstance(diffs, SpilledOutput):
-            return self._apply_spilled(diffs, lsn, commit_time)
         start = time.perf_counter()
-        if consolidate:
-            diffs = diffs.consolidate()
-        if self._diff_copy is None:
-            return self._apply_rows(diffs, lsn, commit_time, start)
+        if isinstance(diffs, SpilledOutput):
+            what, write = f"applying {len(diffs)} spilled diffs", self._write_spilled
+        else:
+            if consolidate:
+                diffs = diffs.consolidate()
+            what = f"applying {len(diffs)} diffs"
+            write = self._write_rows if self._diff_copy is None else self._write_columns
+        with (
+            self._failures(f"{what} at LSN {lsn:X}"),
+            self.conn.transaction(),
+            self.conn.cursor() as cur,
+        ):
+            if self._holds(cur, lsn):
+                return False
+            written = write(cur, diffs)
+            ms = (time.perf_counter() - start) * 1000.0
+            ViewCatalog.record_applied(cur, self.view, lsn, written, ms, commit_time)
+        return True
+
+    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch) -> int:
+        """A time's diffs by binary COPY from their columns: retractions (and a few insertions
+        riding along) into the diff table and one DELETE, insertions straight into the result
+        table; returns the rows deleted + inserted."""
+        assert self._diff_copy is not None
         w = np.asarray(diffs.column_weights, dtype=np.int64)
         gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
         n_del, n_ins = int(-w[gone].sum()), int(w[new].sum())
-        try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                if self._holds(cur, lsn):
-                    return False
-                if n_del or n_ins:
-                    self._local_settings(cur)
-                    columns = self._diff_copy.columns(diffs)
-                    # with deletes, a few inserts ride along in the diff table (one COPY less)
-                    along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
-                    if n_del:
-                        self._create_tmp(cur, _DIFFS)
-                        rows = np.flatnonzero(w) if along else gone
-                        self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
-                        self._delete_tmp(cur, self._target, _DIFFS, n_del)
-                    if along:
-                        multi = bool(w[new].max() > 1)
-                        self._apply_tmp(cur, self._target, _DIFFS, 0, n_ins, multi)
-                    elif n_ins:
-                        self._copy_columns(cur, columns, new, w[new], into_diffs=False)
-                ms = (time.perf_counter() - start) * 1000.0
-                ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, commit_time)
-        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
-            raise self._wrap(f"applying {len(diffs)} diffs at LSN {lsn:X}", e) from e
-        return True
+        if n_del or n_ins:
+            self._local_settings(cur)
+            columns = self._diff_copy.columns(diffs)
+            # with deletes, a few inserts ride along in the diff table (one COPY less)
+            along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
+            if n_del:
+                self._create_tmp(cur, _DIFFS)
+                rows = np.flatnonzero(w) if along else gone
+                self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
+                self._delete_tmp(cur, self._target, _DIFFS, n_del)
+            if along:
+                multi = bool(w[new].max() > 1)
+                self._apply_tmp(cur, self._target, _DIFFS, 0, n_ins, multi)
+            elif n_ins:
+                self._copy_columns(cur, columns, new, w[new], into_diffs=False)
+        return n_del + n_ins
 
-    def _apply_rows(
-        self, diffs: DiffBatch, lsn: int, commit_time: datetime | None, start: float
-    ) -> bool:
-        """``apply`` by the row path: write_row into the diff table, DELETE, INSERT ... SELECT."""
+    def _write_rows(self, cur: psycopg.Cursor, diffs: DiffBatch) -> int:
+        """A time's diffs by the row path: write_row into the diff table, DELETE, INSERT ...
+        SELECT; returns the rows deleted + inserted."""
         ws = diffs.weights
         n_del = -sum(w for w in ws if w < 0)
         n_ins = sum(w for w in ws if w > 0)
         multi = n_ins > 0 and max(ws) > 1
-        try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                if self._holds(cur, lsn):
-                    return False
-                if n_del or n_ins:
-                    pairs = zip(diffs.rows, ws, strict=True)
-                    self._write_diffs(cur, self._target, _DIFFS, pairs, n_del, n_ins, multi)
-                ms = (time.perf_counter() - start) * 1000.0
-                ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, commit_time)
-        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
-            raise self._wrap(f"applying {len(diffs)} diffs at LSN {lsn:X}", e) from e
-        return True
+        if n_del or n_ins:
+            pairs = zip(diffs.rows, ws, strict=True)
+            self._write_diffs(cur, self._target, _DIFFS, pairs, n_del, n_ins, multi)
+        return n_del + n_ins
 
     def _copy_columns(
         self,
@@ -562,32 +567,21 @@ class ResultSink:
             self._checked = True
         return False
 
-    def _apply_spilled(self, diffs: SpilledOutput, lsn: int, commit_time: datetime | None) -> bool:
-        """``apply`` of a time whose output stayed on disk: its chunks are COPYed one after the
-        other (never all in memory), in the same one transaction: by columns, retractions into
-        the diff table and insertions straight into the result table, the delete at the end (a
+    def _write_spilled(self, cur: psycopg.Cursor, diffs: SpilledOutput) -> int:
+        """A time whose output stayed on disk: its chunks are COPYed one after the other (never
+        all in memory), in the same one transaction: by columns, retractions into the diff
+        table and insertions straight into the result table, the delete at the end (a
         consolidated time holds each row once, so no insertion can match a retraction); or by
-        the row path into the diff table."""
-        start = time.perf_counter()
-        try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                if self._holds(cur, lsn):
-                    return False
-                self._local_settings(cur)
-                if self._diff_copy is None:
-                    n_del, n_ins, multi = self._copy_spilled_rows(cur, diffs)
-                    self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, multi)
-                else:
-                    n_del, n_ins = self._copy_spilled_columns(cur, diffs)
-                    if n_del:
-                        self._delete_tmp(cur, self._target, _DIFFS, n_del)
-                ms = (time.perf_counter() - start) * 1000.0
-                ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, commit_time)
-        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
-            raise self._wrap(f"applying {len(diffs)} spilled diffs at LSN {lsn:X}", e) from e
-        return True
+        the row path into the diff table. Returns the rows deleted + inserted."""
+        self._local_settings(cur)
+        if self._diff_copy is None:
+            n_del, n_ins, multi = self._copy_spilled_rows(cur, diffs)
+            self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, multi)
+        else:
+            n_del, n_ins = self._copy_spilled_columns(cur, diffs)
+            if n_del:
+                self._delete_tmp(cur, self._target, _DIFFS, n_del)
+        return n_del + n_ins
 
     def _copy_spilled_rows(
         self, cur: psycopg.Cursor, diffs: SpilledOutput
@@ -700,18 +694,17 @@ class ResultSink:
         transaction. Weights must net to >= 0 per row (negative diffs retract earlier rows).
         """
         start = time.perf_counter()
-        try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                exists = self._check_table(cur)
+        with (
+            self._failures(f"populating (LSN {lsn:X})"),
+            self.conn.transaction(),
+            self.conn.cursor() as cur,
+        ):
+            exists = self._check_table(cur)
             if exists:
                 with self.conn.transaction(), self.conn.cursor() as cur:
                     written = self._repopulate(cur, batches, lsn, start)
             else:
                 written = self._populate_new(batches, lsn, start)
-        except (ViewError, psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except (psycopg.Error, TypeError, ValueError, OverflowError) as e:
-            raise self._wrap(f"populating (LSN {lsn:X})", e) from e
         self._checked = True
         return written
 

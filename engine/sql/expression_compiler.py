@@ -70,11 +70,21 @@ __all__ = [
     "Typed",
     "compile_expressions",
     "compile_predicate",
+    "flatten_connective",
     "parse_expression",
 ]
 
 
 # --- public API -------------------------------------------------------------------------------
+
+
+def flatten_connective(node: exp.Expression, cls: type) -> list[exp.Expression]:
+    """The operands of a chain of one connective (AND or OR), through parentheses, in order."""
+    if isinstance(node, exp.Paren):
+        return flatten_connective(node.this, cls)
+    if isinstance(node, cls):
+        return flatten_connective(node.this, cls) + flatten_connective(node.expression, cls)
+    return [node]
 
 
 @dataclass(frozen=True)
@@ -815,15 +825,8 @@ class _Compiler:
             )
         return e
 
-    def _flatten(self, node: exp.Expression, cls: type) -> list[exp.Expression]:
-        if isinstance(node, exp.Paren):
-            return self._flatten(node.this, cls)
-        if isinstance(node, cls):
-            return self._flatten(node.this, cls) + self._flatten(node.expression, cls)
-        return [node]
-
     def _logic(self, node: exp.Expression, is_and: bool) -> _E:
-        args = [self._bool(n) for n in self._flatten(node, type(node))]
+        args = [self._bool(n) for n in flatten_connective(node, type(node))]
         decisive = "False" if is_and else "True"
         if not any(a.nullable for a in args):
             op = " and " if is_and else " or "
@@ -867,7 +870,7 @@ class _Compiler:
         if isinstance(node, exp.Paren):
             return self.truth(node.this)
         if isinstance(node, exp.And):
-            parts = self._flatten(node, exp.And)
+            parts = flatten_connective(node, exp.And)
             codes = []
             for i, p in enumerate(parts):
                 e_code = self.truth(p)

@@ -17,7 +17,12 @@ from engine.dataflow.columnar import number_kernels as N
 from engine.dataflow.columnar import vector_kernels as K
 from engine.dataflow.columnar.vectors import Kind, Vec, constant, python_constant
 from engine.errors import UnsupportedSQL
-from engine.sql.expression_compiler import ColumnRef, ExpressionTypes, Typed
+from engine.sql.expression_compiler import (
+    ColumnRef,
+    ExpressionTypes,
+    Typed,
+    flatten_connective,
+)
 from engine.sql.types import BOOLEAN as BOOL
 from engine.sql.types import SqlType as T
 from engine.sql.types import TypeKind
@@ -110,15 +115,8 @@ class VectorCompiler(OperatorRules):
         return v if v is not None and v.kind is Kind.BOOL else None
 
     # -- logic ----------------------------------------------------------------------------------
-    def _flatten(self, node: exp.Expression, cls: type) -> list[exp.Expression]:
-        if isinstance(node, exp.Paren):
-            return self._flatten(node.this, cls)
-        if isinstance(node, cls):
-            return self._flatten(node.this, cls) + self._flatten(node.expression, cls)
-        return [node]
-
     def _logic(self, node: exp.Expression, t: T) -> VNode | None:
-        args = [self.boolean(n) for n in self._flatten(node, type(node))]
+        args = [self.boolean(n) for n in flatten_connective(node, type(node))]
         if any(a is None for a in args):
             return None
         op = K.and_ if isinstance(node, exp.And) else K.or_

@@ -23,10 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.columnar.arrow_types import to_python
+from engine.dataflow.columnar.codec_columns import python_rows
 from engine.dataflow.columnar.row_block import RowCodec, Rows
 from engine.dataflow.errs import BatchFn
-from engine.dataflow.nan import NUMERIC_NAN
 from engine.dataflow.state.arrangement import DeltaJoin
 from engine.dataflow.state.store import StateTable
 
@@ -39,12 +38,7 @@ def tuples(codec: RowCodec, rows: Rows, weights: np.ndarray) -> DiffBatch:
     if not len(rows):
         return DiffBatch()
     cols, nans = codec.arrays(rows)
-    values = [to_python(c) for c in cols]
-    for i, mask in nans.items():
-        col = values[i]
-        for j in np.flatnonzero(mask).tolist():
-            col[j] = NUMERIC_NAN
-    return DiffBatch(list(zip(*values, strict=True)), weights.tolist())
+    return DiffBatch(python_rows(cols, nans), weights.tolist())
 
 
 class HotKeys:
