@@ -161,6 +161,23 @@ class DiffBatch:
             weights.extend(b.weights)
         return cls(rows, weights)
 
+    def slices(self, size: int) -> Iterator[DiffBatch]:
+        """The diffs in consecutive batches of at most ``size`` (Arrow slices of a columnar
+        batch: no copy); the batch itself when it is no larger."""
+        if len(self) <= size:
+            yield self
+            return
+        if self._rows is None:
+            columns, weights = self._columns, self._cweights
+            for i in range(0, len(weights), size):
+                yield DiffBatch.from_columns(
+                    [c.slice(i, size) for c in columns], weights[i : i + size]
+                )
+            return
+        rows, weights_list = self.rows, self.weights
+        for i in range(0, len(rows), size):
+            yield DiffBatch(rows[i : i + size], weights_list[i : i + size])
+
     def extend(self, other: DiffBatch) -> None:
         """Append ``other``'s diffs in place (the batch becomes rows: extending ``rows`` of a
         columnar batch by hand would leave its columns stale)."""

@@ -32,6 +32,7 @@ transaction's ``pg_current_snapshot()`` (the caller then skips CDC transactions 
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -47,6 +48,7 @@ from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
 from engine.pg_interval import PgInterval
 from engine.postgres import values
+from engine.postgres.arrow_snapshot import ArrowSnapshot, arrow_readable, select_query
 from engine.postgres.cdc import PgSnapshot, current_snapshot
 from engine.postgres.sink import COPY_TYPES
 from engine.sql.catalog import SourceTable
@@ -195,30 +197,36 @@ def _copy_rows(
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     query, types, parsed = _copy_query(table, columns, where_sql)
+    with _read_errors(table), conn.cursor() as cur:
+        # NaN as the engine's one NaN object, as the CDC decoder gives it (values.parse_float)
+        cur.adapters.register_loader("float8", _Float8Loader)
+        cur.adapters.register_loader("numeric", _NumericLoader)
+        cur.adapters.register_loader("interval", _IntervalLoader)
+        cur.execute(_LOCAL_SETTINGS)
+        estimate = _row_estimate(cur, table) if progress is not None else None
+        done = 0
+        with cur.copy(query) as cp:
+            cp.set_types(types)
+            rows_iter = cp.rows()
+            while True:
+                chunk = list(islice(rows_iter, batch_rows))
+                if not chunk:
+                    break
+                done += len(chunk)
+                if parsed:
+                    chunk = _parse_columns(chunk, parsed)
+                if progress is not None:
+                    progress(done, estimate)
+                yield DiffBatch(chunk, [1] * len(chunk))
+        if progress is not None and done == 0:
+            progress(0, estimate)
+
+
+@contextlib.contextmanager
+def _read_errors(table: SourceTable) -> Iterator[None]:
+    """A population read's failures as ViewErrors that say what to do."""
     try:
-        with conn.cursor() as cur:
-            # NaN as the engine's one NaN object, as the CDC decoder gives it (values.parse_float)
-            cur.adapters.register_loader("float8", _Float8Loader)
-            cur.adapters.register_loader("numeric", _NumericLoader)
-            cur.adapters.register_loader("interval", _IntervalLoader)
-            cur.execute(_LOCAL_SETTINGS)
-            estimate = _row_estimate(cur, table) if progress is not None else None
-            done = 0
-            with cur.copy(query) as cp:
-                cp.set_types(types)
-                rows_iter = cp.rows()
-                while True:
-                    chunk = list(islice(rows_iter, batch_rows))
-                    if not chunk:
-                        break
-                    done += len(chunk)
-                    if parsed:
-                        chunk = _parse_columns(chunk, parsed)
-                    if progress is not None:
-                        progress(done, estimate)
-                    yield DiffBatch(chunk, [1] * len(chunk))
-            if progress is not None and done == 0:
-                progress(0, estimate)
+        yield
     except psycopg.errors.UndefinedTable as e:
         raise ViewError(
             f"source table {_display(table)} does not exist (any more): re-create the view "
@@ -328,9 +336,14 @@ class SnapshotReader:
     the population data exactly when ``visible_in_snapshot(xid, snapshot)``.
     """
 
-    def __init__(self, conn: psycopg.Connection, snapshot: PgSnapshot) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, snapshot: PgSnapshot, conninfo: str | None = None
+    ) -> None:
         self.conn = conn
         self.snapshot = snapshot
+        # with a conninfo, tables of Arrow-readable columns are read by ADBC in this snapshot
+        self._conninfo = conninfo
+        self._arrow: ArrowSnapshot | None = None
 
     def read_table(
         self,
@@ -342,7 +355,45 @@ class SnapshotReader:
     ) -> Iterator[DiffBatch]:
         """As ``read_table``, in this reader's transaction. Consume each iterator fully (or
         close it) before starting the next one: the connection runs one COPY at a time."""
+        if self._conninfo is not None and arrow_readable(table, columns):
+            return self._read_arrow(table, columns, where_sql, batch_rows, progress)
         return _copy_rows(self.conn, table, columns, where_sql, batch_rows, progress)
+
+    def _read_arrow(
+        self,
+        table: SourceTable,
+        columns: list[str],
+        where_sql: str | None,
+        batch_rows: int,
+        progress: Progress | None,
+    ) -> Iterator[DiffBatch]:
+        """``read_table`` as Arrow columns by ADBC (``engine.postgres.arrow_snapshot``), in a
+        connection that imported this reader's snapshot. The read is planned here first
+        (``LIMIT 0``), so a missing table or column fails with the row reader's errors."""
+        if batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+        query, _ = select_query(table, columns, where_sql)
+        with _read_errors(table), self.conn.cursor() as cur:
+            cur.execute(f"{query} LIMIT 0")
+            estimate = _row_estimate(cur, table) if progress is not None else None
+        if self._arrow is None:
+            assert self._conninfo is not None
+            self._arrow = ArrowSnapshot(self._conninfo, self.export_snapshot())
+        done = 0
+        for read in self._arrow.read(table, columns, where_sql):
+            for batch in read.slices(batch_rows):
+                done += len(batch)
+                if progress is not None:
+                    progress(done, estimate)
+                yield batch
+        if progress is not None and done == 0:
+            progress(0, estimate)
+
+    def close(self) -> None:
+        """Close the Arrow reader's connection (the reader's own transaction is the caller's)."""
+        if self._arrow is not None:
+            self._arrow.close()
+            self._arrow = None
 
     def lock_tables(self, tables: list[SourceTable]) -> None:
         """Take ACCESS SHARE locks on ``tables`` (and their partitions or children) in this
@@ -368,10 +419,19 @@ class SnapshotReader:
 def snapshot_reader(conninfo: str, snapshot_name: str | None = None) -> Iterator[SnapshotReader]:
     """Open a connection and a REPEATABLE READ READ ONLY transaction (importing ``snapshot_name``
     if given), take ``pg_current_snapshot()`` as its first query, and yield a ``SnapshotReader``.
-    The transaction ends (read-only: nothing to commit) and the connection closes on exit."""
+    The transaction ends (read-only: nothing to commit) and the connection closes on exit.
+    Tables whose columns are all ``arrow_readable`` are read as Arrow columns by ADBC in the same
+    snapshot (``engine.postgres.arrow_snapshot``; ``INCVIEW_ARROW_POPULATION=0`` turns it off),
+    the others by binary COPY into rows."""
     conn = psycopg.connect(conninfo, autocommit=True)
     try:
         with _repeatable_read(conn, snapshot_name):
-            yield SnapshotReader(conn, current_snapshot(conn))
+            # INCVIEW_ARROW_POPULATION=0: every table by the row reader (a baseline, a way out)
+            arrow = os.environ.get("INCVIEW_ARROW_POPULATION", "1") != "0"
+            reader = SnapshotReader(conn, current_snapshot(conn), conninfo if arrow else None)
+            try:
+                yield reader
+            finally:
+                reader.close()
     finally:
         conn.close()
