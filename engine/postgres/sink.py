@@ -32,6 +32,7 @@ from operator import itemgetter
 
 import numpy as np
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
@@ -95,6 +96,16 @@ def _base_type_sql(t: SqlType) -> str:
     if t.kind is TypeKind.ENUM or t.kind is TypeKind.ARRAY:
         return t.sql()
     return "bpchar" if t.kind is TypeKind.CHAR else SqlType(t.kind).sql()
+
+
+def _rows_at(batch: DiffBatch, positions: np.ndarray) -> list[tuple]:
+    """Rows ``positions`` of ``batch`` as tuples (only those converted, for a columnar one)."""
+    if batch.columns is None:
+        rows = batch.rows
+        return [rows[i] for i in positions.tolist()]
+    at = pa.array(positions)
+    picked = [c.take(at) for c in batch.columns]
+    return DiffBatch.from_columns(picked, np.ones(len(positions), np.int64)).rows
 
 
 def _encoding(write: Callable[[tuple], None], encode: Callable[[tuple], tuple]) -> Callable:
@@ -532,9 +543,10 @@ class ResultSink:
         weights: np.ndarray,
         *,
         into_diffs: bool,
+        table: sql.Composable | None = None,
     ) -> None:
         """COPY rows ``positions`` of ``columns``: with their weights into the diff table, or
-        ``weights`` times each into the result table."""
+        ``weights`` times each into the result table (or ``table``, of the result's columns)."""
         assert self._diff_copy is not None
         try:
             if into_diffs:
@@ -542,8 +554,9 @@ class ResultSink:
                     cur, sql.Identifier(_DIFFS), columns, positions, weights
                 )
             else:
+                target = self._target if table is None else table
                 self._diff_copy.copy_repeated(
-                    cur, self._target, self._col_list, columns, positions, weights
+                    cur, target, self._col_list, columns, positions, weights
                 )
         except CopyValueError as e:
             name, t = self.columns[e.column]
@@ -716,31 +729,10 @@ class ResultSink:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._staging, self._target_defs))
-            with cur.copy(
-                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {}, FREEZE)").format(
-                    self._staging, self._col_list, self._format
-                )
-            ) as cp:
-                cp.set_types(self._copy_types)
-                write = cp.write_row
-                if self._encode is not None:
-                    write = _encoding(write, self._encode)
-                for batch in batches:
-                    if self._narrow_ints:
-                        self._check_int_ranges(batch.rows)
-                    ws = batch.weights
-                    if all(w == 1 for w in ws):
-                        for row in batch.rows:
-                            write(row)
-                        inserted += len(ws)
-                        continue
-                    for row, w in zip(batch.rows, ws, strict=True):
-                        if w > 0:
-                            inserted += w
-                            for _ in range(w):
-                                write(row)
-                        elif w < 0:
-                            retract[row] = retract.get(row, 0) + w
+            if self._diff_copy is not None:
+                inserted = self._populate_columns(cur, batches, retract)
+            else:
+                inserted = self._populate_rows(cur, batches, retract)
             # built once over the loaded rows (cheaper than maintaining it row by row)
             cur.execute(
                 sql.SQL("CREATE INDEX ON {} ({})").format(self._staging, self._row_hash_index)
@@ -771,6 +763,62 @@ class ResultSink:
             ms = (time.perf_counter() - start) * 1000.0
             ViewCatalog.record_applied(cur, self.view, lsn, inserted - deleted, ms, None)
         return inserted - deleted
+
+    def _populate_rows(
+        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], retract: dict[tuple, int]
+    ) -> int:
+        """The new result table's rows by write_row, in one COPY; retractions summed into
+        ``retract``. Returns the rows inserted."""
+        inserted = 0
+        with cur.copy(
+            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {}, FREEZE)").format(
+                self._staging, self._col_list, self._format
+            )
+        ) as cp:
+            cp.set_types(self._copy_types)
+            write = cp.write_row
+            if self._encode is not None:
+                write = _encoding(write, self._encode)
+            for batch in batches:
+                if self._narrow_ints:
+                    self._check_int_ranges(batch.rows)
+                ws = batch.weights
+                if all(w == 1 for w in ws):
+                    for row in batch.rows:
+                        write(row)
+                    inserted += len(ws)
+                    continue
+                for row, w in zip(batch.rows, ws, strict=True):
+                    if w > 0:
+                        inserted += w
+                        for _ in range(w):
+                            write(row)
+                    elif w < 0:
+                        retract[row] = retract.get(row, 0) + w
+        return inserted
+
+    def _populate_columns(
+        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], retract: dict[tuple, int]
+    ) -> int:
+        """The new result table's rows by binary COPY from each batch's columns (a spilled
+        time chunk by chunk); retractions (rows of a group an earlier chunk emitted) summed into
+        ``retract``. Returns the rows inserted."""
+        inserted = 0
+        for batch in batches:
+            chunks = batch.chunks() if isinstance(batch, SpilledOutput) else (batch,)
+            for chunk in chunks:
+                w = np.asarray(chunk.column_weights, dtype=np.int64)
+                new, gone = np.flatnonzero(w > 0), np.flatnonzero(w < 0)
+                if len(new):
+                    columns = self._diff_copy.columns(chunk)
+                    self._copy_columns(
+                        cur, columns, new, w[new], into_diffs=False, table=self._staging
+                    )
+                    inserted += int(w[new].sum())
+                if len(gone):
+                    for row, wt in zip(_rows_at(chunk, gone), w[gone].tolist(), strict=True):
+                        retract[row] = retract.get(row, 0) + wt
+        return inserted
 
     def _repopulate(
         self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], lsn: int, start: float

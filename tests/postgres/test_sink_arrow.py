@@ -21,6 +21,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.consolidate import ConsolidateCollection
 from engine.dataflow.columnar.arrow_types import NUMERIC_TEXT
 from engine.dataflow.nan import NAN, NUMERIC_NAN
+from engine.dataflow.spilled_columns import SpilledColumns
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
 from engine.pg_interval import PgInterval
@@ -136,6 +137,21 @@ def spilled(diffs: DiffBatch) -> DiffBatch:
     return out
 
 
+def spilled_columns(diffs: DiffBatch, rnd: random.Random) -> DiffBatch:
+    """The diffs as Arrow columns through the consolidator with a tiny bound, in two batches:
+    a ``SpilledColumns`` (Arrow IPC files by hash partition)."""
+    batch = columnar(diffs, rnd)
+    consolidate = ConsolidateCollection(spill_rows=3)
+    consolidate.open(None)
+    half = len(batch) // 2
+    for a, b in ((0, half), (half, len(batch))):
+        part = [c.slice(a, b - a) for c in batch.columns]
+        consolidate.on_diffs(0, DiffBatch.from_columns(part, batch.column_weights[a:b]))
+    out = consolidate.on_time_end(1)
+    assert isinstance(out, SpilledColumns) or len(diffs) < 7
+    return out
+
+
 def random_time(rnd: random.Random, pool: list[tuple], model: Counter) -> dict[tuple, int]:
     """One time's consolidated diffs: inserts (weights 1-3), deletes of 1..all copies of rows
     the table holds, updates (-old +new)."""
@@ -183,12 +199,13 @@ def test_random_times_leave_the_expected_multiset(pg_conn, catalog, sink_conn, s
     forms = Counter()
     for lsn in range(2, 60):
         diffs = DiffBatch.from_counts(random_time(rnd, pool, model))
-        form = rnd.choice(["columns", "columns", "rows", "spilled"])
+        form = rnd.choice(["columns", "columns", "rows", "spilled", "spilled columns"])
         forms[form] += 1
         batch = {
             "columns": lambda d: columnar(d, rnd),
             "rows": lambda d: d,
             "spilled": spilled,
+            "spilled columns": lambda d: spilled_columns(d, rnd),
         }[form](diffs)
         assert arrow.apply(batch, lsn)
         assert rows.apply(diffs, lsn)
