@@ -546,13 +546,12 @@ class ResultSink:
         table: sql.Composable | None = None,
     ) -> None:
         """COPY rows ``positions`` of ``columns``: with their weights into the diff table, or
-        ``weights`` times each into the result table (or ``table``, of the result's columns)."""
+        ``weights`` times each into the result table (or into ``table`` of the same layout)."""
         assert self._diff_copy is not None
         try:
             if into_diffs:
-                self._diff_copy.copy_weighted(
-                    cur, sql.Identifier(_DIFFS), columns, positions, weights
-                )
+                target = sql.Identifier(_DIFFS) if table is None else table
+                self._diff_copy.copy_weighted(cur, target, columns, positions, weights)
             else:
                 target = self._target if table is None else table
                 self._diff_copy.copy_repeated(
@@ -804,20 +803,16 @@ class ResultSink:
         time chunk by chunk); retractions (rows of a group an earlier chunk emitted) summed into
         ``retract``. Returns the rows inserted."""
         inserted = 0
-        for batch in batches:
-            chunks = batch.chunks() if isinstance(batch, SpilledOutput) else (batch,)
-            for chunk in chunks:
-                w = np.asarray(chunk.column_weights, dtype=np.int64)
-                new, gone = np.flatnonzero(w > 0), np.flatnonzero(w < 0)
-                if len(new):
-                    columns = self._diff_copy.columns(chunk)
-                    self._copy_columns(
-                        cur, columns, new, w[new], into_diffs=False, table=self._staging
-                    )
-                    inserted += int(w[new].sum())
-                if len(gone):
-                    for row, wt in zip(_rows_at(chunk, gone), w[gone].tolist(), strict=True):
-                        retract[row] = retract.get(row, 0) + wt
+        for chunk in _chunks(batches):
+            w = np.asarray(chunk.column_weights, dtype=np.int64)
+            new, gone = np.flatnonzero(w > 0), np.flatnonzero(w < 0)
+            if len(new):
+                columns = self._diff_copy.columns(chunk)
+                self._copy_columns(cur, columns, new, w[new], into_diffs=False, table=self._staging)
+                inserted += int(w[new].sum())
+            if len(gone):
+                for row, wt in zip(_rows_at(chunk, gone), w[gone].tolist(), strict=True):
+                    retract[row] = retract.get(row, 0) + wt
         return inserted
 
     def _repopulate(
@@ -828,7 +823,15 @@ class ResultSink:
         # readers keep reading; other writers of the result table wait until we commit
         cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(self._target))
         self._create_tmp(cur, _LOADED)
-        self._copy_weighted(cur, _LOADED, _pairs(batches))
+        if self._diff_copy is None:
+            self._copy_weighted(cur, _LOADED, _pairs(batches))
+        else:  # binary COPY from columns, a spilled time chunk by chunk
+            for chunk in _chunks(batches):
+                w = np.asarray(chunk.column_weights, dtype=np.int64)
+                rows = np.flatnonzero(w)
+                columns = self._diff_copy.columns(chunk)
+                loaded = sql.Identifier(_LOADED)
+                self._copy_columns(cur, columns, rows, w[rows], into_diffs=True, table=loaded)
         t_cols = sql.SQL(", ").join(
             sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"c{i}"))
             for i, (n, _) in enumerate(self.columns)
@@ -876,6 +879,15 @@ class ResultSink:
         row = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._target)).fetchone()
         assert row is not None
         return int(row[0])
+
+
+def _chunks(batches: Iterable[DiffBatch]) -> Iterator[DiffBatch]:
+    """The batches, a spilled time's a bounded chunk at a time."""
+    for batch in batches:
+        if isinstance(batch, SpilledOutput):
+            yield from batch.chunks()
+        else:
+            yield batch
 
 
 def _pairs(batches: Iterable[DiffBatch]) -> Iterator[tuple[tuple, int]]:
