@@ -99,10 +99,13 @@ def select_query(
 
 
 class ArrowSnapshot:
-    """One ADBC connection reading in the snapshot ``snapshot_name`` (see the module docstring).
-    Close it (or use it as a context manager) before the exporting transaction ends."""
+    """One ADBC connection reading in the snapshot ``snapshot_name`` (see the module docstring);
+    with ``lock_timeout_ms``, a read waits at most that long for a table's lock. Close it (or use
+    it as a context manager) before the exporting transaction ends."""
 
-    def __init__(self, conninfo: str, snapshot_name: str) -> None:
+    def __init__(
+        self, conninfo: str, snapshot_name: str, lock_timeout_ms: int | None = None
+    ) -> None:
         if adbc is None:
             raise RuntimeError("adbc-driver-postgresql is not installed")
         self._conn = adbc.connect(conninfo)
@@ -117,6 +120,8 @@ class ArrowSnapshot:
                 "SET LOCAL extra_float_digits = 1",
             ):
                 self._cur.execute(statement)
+            if lock_timeout_ms is not None:  # give up rather than queue behind an ALTER TABLE
+                self._cur.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_ms)}ms'")
         except Exception:
             self.close()
             raise

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.nan import loads
 from engine.postgres.snapshot import SnapshotReader
 from engine.postgres.waiting import WaitedTooLong
-from engine.spark.snapshot_source import NAME, TableSlice, encode_plan
+from engine.spark.snapshot_source import NAME, TableSlice, decode_batch, encode_plan
 from engine.sql.catalog import SourceTable
 
 MIN_SLICE_BLOCKS = 256  # 2 MB of heap: smaller tables are read by one task
@@ -75,8 +74,7 @@ def read_sources(
     )
     try:
         for row in df.toLocalIterator(prefetchPartitions=True):
-            rows = loads(row["payload"])  # a NaN comes back as the shared NaN object
-            yield row["table"], DiffBatch(rows, [1] * len(rows))
+            yield row["table"], decode_batch(row["payload"])
     except Exception as e:
         if "lock timeout" not in str(e):
             raise

@@ -7,9 +7,11 @@ The driver holds a REPEATABLE READ transaction open and exports its snapshot
 (``ctid >= '(a,0)' AND ctid < '(b,0)'``, a TID range scan), so the tasks together read exactly
 the snapshot's rows, each once. A task waits at most ``lock_timeout_ms`` for a table's lock
 (the driver holds ACCESS SHARE already, but a task can queue behind an ALTER TABLE that waits
-for the driver: without a timeout that would never end). Rows: ``table`` (string) and ``payload`` (binary: a pickled list
-of row tuples, up to ``CHUNK_ROWS`` per row), values as the CDC decoder produces them. This
-module must not write anything or keep state.
+for the driver: without a timeout that would never end). A slice of a table whose columns are
+all ``arrow_readable`` is read as Arrow by ADBC (``engine.postgres.arrow_snapshot``), others by
+the row reader. Rows: ``table`` (string) and ``payload`` (binary, ``encode_batch``: Arrow IPC of
+up to ``ARROW_CHUNK_ROWS`` rows' columns, or a pickled list of up to ``CHUNK_ROWS`` row tuples),
+values as the CDC decoder produces them. This module must not write anything or keep state.
 """
 
 from __future__ import annotations
@@ -19,14 +21,21 @@ import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from engine.dataflow.batch import DiffBatch
+from engine.dataflow.nan import loads
+from engine.postgres.arrow_snapshot import ArrowSnapshot, arrow_readable
 from engine.postgres.snapshot import read_table
 from engine.sql.catalog import SourceTable
 
 NAME = "incview_snapshot"
 SCHEMA = "table string, payload binary"
-CHUNK_ROWS = 20_000
+CHUNK_ROWS = 20_000  # rows per payload of pickled tuples
+ARROW_CHUNK_ROWS = 65_536  # rows per payload of Arrow columns
+_ARROW, _PICKLED = b"A", b"P"  # a payload's first byte: its form
 
 
 @dataclass(frozen=True)
@@ -65,16 +74,45 @@ class SnapshotReader(DataSourceReader):
 
     def read(self, partition: TableSlice) -> Iterator[tuple[str, bytes]]:
         name = partition.table.qualified_name
+        columns = list(partition.columns)
+        if arrow_readable(partition.table, columns):
+            with ArrowSnapshot(self.dsn, self.snapshot_name, self.lock_timeout_ms) as snap:
+                for read in snap.read(partition.table, columns, partition.where_sql()):
+                    for batch in read.slices(ARROW_CHUNK_ROWS):
+                        yield name, encode_batch(batch)
+            return
         for batch in read_table(
             self.dsn,
             partition.table,
-            list(partition.columns),
+            columns,
             partition.where_sql(),
             snapshot_name=self.snapshot_name,
             batch_rows=CHUNK_ROWS,
             lock_timeout_ms=self.lock_timeout_ms,
         ):
-            yield name, pickle.dumps(batch.rows, protocol=pickle.HIGHEST_PROTOCOL)
+            yield name, encode_batch(batch)
+
+
+def encode_batch(batch: DiffBatch) -> bytes:
+    """An insert-only batch as a payload: Arrow IPC of its columns, else its pickled rows."""
+    if batch.columns is None:
+        return _PICKLED + pickle.dumps(batch.rows, protocol=pickle.HIGHEST_PROTOCOL)
+    names = [f"c{i}" for i in range(len(batch.columns))]
+    record = pa.RecordBatch.from_arrays(batch.columns, names=names)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, record.schema) as writer:
+        writer.write_batch(record)
+    return _ARROW + sink.getvalue().to_pybytes()
+
+
+def decode_batch(payload: bytes | bytearray) -> DiffBatch:
+    """``encode_batch``'s batch back (a NaN of pickled rows is the shared NaN object)."""
+    if payload[:1] == _PICKLED:
+        rows = loads(bytes(payload[1:]))
+        return DiffBatch(rows, [1] * len(rows))
+    table = pa.ipc.open_stream(pa.py_buffer(memoryview(payload)[1:])).read_all()
+    columns = [table.column(i).combine_chunks() for i in range(table.num_columns)]
+    return DiffBatch.from_columns(columns, np.ones(table.num_rows, np.int64))
 
 
 class SnapshotDataSource(DataSource):
