@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.columnar.arrow_types import arrow_type
+from engine.dataflow.columnar.arrow_types import arrow_type, to_python
 from engine.dataflow.nan import NUMERIC_NAN
 from engine.errors import ViewError
 from engine.sql.catalog import SourceTable
@@ -170,8 +170,6 @@ def _diffs(
     n = batch.num_rows
     if all(isinstance(c, pa.Array) for c in columns):
         return DiffBatch.from_columns(columns, np.ones(n, np.int64))
-    from engine.dataflow.columnar.arrow_types import to_python
-
     values = [c if isinstance(c, list) else to_python(c) for c in columns]
     return DiffBatch(list(zip(*values, strict=True)), [1] * n)
 
