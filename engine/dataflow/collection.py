@@ -73,6 +73,7 @@ class StatefulCollection(Collection):
         # Dataflow.bound_memory. Counts how often it happened (compactions).
         self.compact_rows = 0
         self.compactions = 0
+        self._pending_rows = [0] * self.arity  # diffs buffered per port (a running count)
 
     def open(self, store: StateStore | None) -> None:
         if store is None:
@@ -83,13 +84,17 @@ class StatefulCollection(Collection):
         if batch:
             pending = self._pending[port]
             pending.append(batch)
-            if self.compact_rows and len(pending) > 1:
-                n = sum(map(len, pending))
-                # at least doubled since the last compaction: amortized linear when the diffs
-                # do not cancel or repeat
-                if n > self.compact_rows and n > 2 * len(pending[0]):
-                    pending[:] = [DiffBatch.concat(pending).consolidate()]
-                    self.compactions += 1
+            # counted as they come (a sum over the pending batches per batch was quadratic in
+            # a time of many small transactions); a time's first batch starts the count anew,
+            # however the time's end reset the list
+            n = len(batch) if len(pending) == 1 else self._pending_rows[port] + len(batch)
+            self._pending_rows[port] = n
+            # at least doubled since the last compaction: amortized linear when the diffs do not
+            # cancel or repeat
+            if self.compact_rows and n > self.compact_rows and n > 2 * len(pending[0]):
+                pending[:] = [DiffBatch.concat(pending).consolidate()]
+                self._pending_rows[port] = len(pending[0])
+                self.compactions += 1
         return DiffBatch()
 
     def on_time_end(self, time: int) -> DiffBatch:
