@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from engine.errors import ViewError
+from engine.postgres import snapshot
 from engine.postgres.arrow_snapshot import arrow_readable
 from engine.postgres.snapshot import read_table, snapshot_reader
 from engine.sql.catalog import DictCatalog
@@ -57,6 +58,12 @@ def _values(rng: random.Random) -> str:
 
 def _multiset(batches) -> Counter:
     return Counter(tuple(map(repr, r)) for b in batches for r in b.rows)
+
+
+@pytest.fixture(autouse=True)
+def arrow_for_every_size(monkeypatch):
+    """These tables are small: the reader would read them by rows (``SMALL_TABLE_BYTES``)."""
+    monkeypatch.setattr(snapshot, "SMALL_TABLE_BYTES", 0)
 
 
 @pytest.fixture
@@ -138,3 +145,19 @@ def test_tables_with_other_types_take_the_row_reader(pg_dsn, pg_conn):
         assert batch.columns is None and len(batch.rows) == 1
         (batch,) = reader.read_table(table, ["id"])
         assert batch.columns is not None and batch.rows == [(1,)]
+
+
+def test_small_tables_take_the_row_reader(pg_dsn, pg_conn, monkeypatch):
+    """Below ``SMALL_TABLE_BYTES`` (a plain table without children) the row reader is faster
+    than opening the Arrow reader's connection."""
+    monkeypatch.setattr(snapshot, "SMALL_TABLE_BYTES", 1 << 20)
+    pg_conn.execute("CREATE TABLE public.small (id int)")
+    pg_conn.execute("INSERT INTO public.small SELECT generate_series(1, 100)")
+    pg_conn.execute("CREATE TABLE public.big (id int)")
+    pg_conn.execute("INSERT INTO public.big SELECT generate_series(1, 40000)")  # > 1 MB
+    cat = DictCatalog({"small": {"id": "int"}, "big": {"id": "int"}})
+    with snapshot_reader(pg_dsn) as reader:
+        small = list(reader.read_table(cat.lookup(None, "small"), ["id"]))
+        big = list(reader.read_table(cat.lookup(None, "big"), ["id"]))
+    assert all(b.columns is None for b in small) and sum(map(len, small)) == 100
+    assert all(b.columns is not None for b in big) and sum(map(len, big)) == 40000
