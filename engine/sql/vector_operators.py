@@ -25,7 +25,8 @@ _STRING_FUNCTIONS = {exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length
 
 
 def _like_kernel(tokens: list[str]) -> tuple[str, str] | None:
-    """(test, literal) of a LIKE pattern's tokens: equals, starts_with, ends_with, contains."""
+    """(test, literal) of a LIKE pattern's tokens: equals, starts_with, ends_with, contains, or
+    else regex (an RE2 expression of the whole pattern)."""
     literal = [tok for tok in tokens if tok.startswith("L")]
     text = "".join(tok[1] for tok in literal)
     if len(literal) == len(tokens):
@@ -39,7 +40,29 @@ def _like_kernel(tokens: list[str]) -> tuple[str, str] | None:
         return "ends_with", text
     if len(tokens) > 2 and tokens[0] == tokens[-1] == "%" and len(literal) == len(inner):
         return "contains", text
-    return None
+    return "regex", _re2(tokens)
+
+
+def _re2(tokens: list[str]) -> str:
+    """A LIKE pattern's tokens as an RE2 regular expression matching the whole text ('%' any
+    characters, newlines too; '_' one character; literals escaped: ASCII letters and digits as
+    they are, ASCII punctuation after a backslash, anything else by its code point)."""
+    out = [r"(?s)\A"]
+    for tok in tokens:
+        if tok == "%":
+            out.append(".*")
+        elif tok == "_":
+            out.append(".")
+        else:
+            c = tok[1]
+            if c.isascii() and c.isalnum():
+                out.append(c)
+            elif c.isascii() and not c.isspace() and c.isprintable():
+                out.append("\\" + c)
+            else:
+                out.append(f"\\x{{{ord(c):X}}}")
+    out.append(r"\z")
+    return "".join(out)
 
 
 class OperatorRules:
@@ -144,8 +167,9 @@ class OperatorRules:
     v_Lower = v_Upper = v_Length = _string_function
 
     def _like(self, node: exp.Expression, escape: str | None) -> VNode | None:
-        """LIKE/ILIKE with a constant pattern of literal characters and leading or trailing
-        '%' only (equality, prefix, suffix, substring); other patterns run per row."""
+        """LIKE/ILIKE with a constant pattern: equality, prefix, suffix or substring tests where
+        the pattern allows, else one RE2 match of the whole text; a non-constant pattern runs
+        per row."""
         t = BOOLEAN
         pattern = self.types.typed(node.expression)
         s = self.compile(node.this)

@@ -202,11 +202,12 @@ _TEXT_TESTS = {
     "starts_with": lambda s, lit: pc.starts_with(s, lit),
     "ends_with": lambda s, lit: pc.ends_with(s, lit),
     "contains": lambda s, lit: pc.match_substring(s, lit),
+    "regex": lambda s, rx: pc.match_substring_regex(s, rx),
 }
 
 
 def text_test(test: str, a: Vec, literal: str) -> Vec:
-    """LIKE of a pattern without '_': equality, prefix, suffix or substring (code points)."""
+    """LIKE: equality, prefix, suffix or substring (code points), or a whole-text RE2 match."""
     return _bool_arrow(_TEXT_TESTS[test](a.values, literal), a.valid)
 
 
