@@ -79,7 +79,7 @@ class PopulationMixin:
                 df = view.physical.dataflow
                 t = pending = 0
                 with PopulationProgress(view.name, tables) as progress:
-                    for table, batch in self._read_sources(reader, tables):
+                    for table, batch in self._read_sources(view, reader, tables):
                         df.push(table, batch)
                         progress.update(len(batch))
                         pending += len(batch)
@@ -101,7 +101,7 @@ class PopulationMixin:
         self._record_errors(view, df.errors())  # populating -> running (or error)
         return written
 
-    def _read_sources(self, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
+    def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
         """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
         tasks sharing the exported snapshot, or in this process (runner local)."""
         if self.runner == "spark":
@@ -109,9 +109,14 @@ class PopulationMixin:
 
             yield from read_sources(self.spark, self.dsn, reader, tables, self.wait_timeout_s)
             return
+        df = view.physical.dataflow
         for source, columns, where in tables:
-            for batch in reader.read_table(source, list(columns), where):
-                yield source.qualified_name, batch
+            name = source.qualified_name
+            # Arrow only where columns reach a collection computing on them: turning Arrow into
+            # tuples costs more than the row reader's own (a semi or outer join on top)
+            arrow = df.reads_columns(name)
+            for batch in reader.read_table(source, list(columns), where, arrow=arrow):
+                yield name, batch
 
     def repopulate(self, name: str) -> None:
         """Recovery: send view ``name`` back to population (fresh state and snapshot; the result

@@ -25,6 +25,8 @@ class Collection(ABC):
 
     arity: int = 1  # class default; variadic collections (union) set it per instance
     stateful: ClassVar[bool] = False
+    #: whether the collection computes on Arrow columns (a columnar batch is worth reading)
+    takes_columns: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.name: str = type(self).__name__

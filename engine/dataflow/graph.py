@@ -173,6 +173,22 @@ class Dataflow:
         return result
 
     # -- driving --------------------------------------------------------------------------------
+    def reads_columns(self, source: str) -> bool:
+        """Whether Arrow columns of ``source`` reach a collection that computes on them: from
+        the input through the stateless collections to the first stateful ones (or the sink).
+        Where none does, columns would only be turned into tuples on the way."""
+        todo, seen = [self._inputs[source]], set()
+        while todo:
+            node = todo.pop()
+            for consumer, _ in node.consumers:
+                c = consumer.collection
+                if c.takes_columns:
+                    return True
+                if not c.stateful and id(consumer) not in seen:
+                    seen.add(id(consumer))
+                    todo.append(consumer)
+        return False
+
     def push(self, source: str, batch: DiffBatch) -> None:
         """Diffs of source ``source`` for the time in progress."""
         self._check_runnable()

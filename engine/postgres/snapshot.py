@@ -354,10 +354,13 @@ class SnapshotReader:
         where_sql: str | None = None,
         batch_rows: int = 50_000,
         progress: Progress | None = None,
+        arrow: bool = True,
     ) -> Iterator[DiffBatch]:
         """As ``read_table``, in this reader's transaction. Consume each iterator fully (or
-        close it) before starting the next one: the connection runs one COPY at a time."""
-        if self._conninfo is not None and arrow_readable(table, columns) and not self._small(table):
+        close it) before starting the next one: the connection runs one COPY at a time.
+        ``arrow=False``: by the row reader (the consumer computes on tuples anyway)."""
+        readable = self._conninfo is not None and arrow_readable(table, columns)
+        if arrow and readable and not self._small(table):
             return self._read_arrow(table, columns, where_sql, batch_rows, progress)
         return _copy_rows(self.conn, table, columns, where_sql, batch_rows, progress)
 

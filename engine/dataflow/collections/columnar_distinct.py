@@ -71,6 +71,8 @@ def supports(column_types: Sequence[pa.DataType | None]) -> bool:
 class ColumnarDistinctCollection(StatefulCollection):
     """DISTINCT over rows whose columns have the Arrow types ``column_types``."""
 
+    takes_columns = True
+
     tuning = "point"
 
     def __init__(

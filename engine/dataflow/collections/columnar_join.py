@@ -111,6 +111,8 @@ class _Side:
 class ColumnarInnerJoinCollection(KeyedJoinCollection):
     """Key column indices per side, the Arrow type of every column of each side, a residual."""
 
+    takes_columns = True
+
     #: a key whose entry would hold more rows (both sides) moves to the row arrangement
     hot_rows = 128
 

@@ -32,6 +32,8 @@ _SPILL_SLICE = 20_000  # rows moved to the spill store per write (bounds the tem
 
 
 class ConsolidateCollection(Collection):
+    takes_columns = True
+
     def __init__(self, spill_rows: int = 1_000_000) -> None:
         super().__init__()
         self.spill_rows = spill_rows
