@@ -27,3 +27,25 @@ def test_reads_writes_eviction_and_rollback(tmp_path):
         assert cache.get_many([keys[19]]) == [b"staged"]
         store.rollback()
         assert cache.get_many([keys[19]]) == [b"v19"]
+
+
+def test_deletes_in_a_full_cache_evict_the_oldest_and_read_as_absent(tmp_path):
+    """``delete_many`` deletes in the table and remembers the keys as absent; a full cache evicts
+    its oldest entries first, one delete after another (each eviction pops from the front of an
+    ``OrderedDict``: a plain dict kept the popped slots and every eviction walked them)."""
+    with StateStore(tmp_path / "s") as store:
+        table = store.table("t", "point")
+        cache = EntryCache(table, cache_bytes=40 * 130)
+        keys = [b"k%03d" % i for i in range(100)]
+        cache.put_many(keys, [b"v%03d" % i for i in range(100)])
+        store.commit(1)
+        assert 35 <= cache.cached_entries <= 42  # 5,200 bytes of ~124-byte entries
+        assert list(cache._entries)[0] > keys[55]  # the newest writes stay, the oldest went
+        for key in keys[90:95]:
+            cache.delete(key)
+        cache.delete_many(keys[95:])
+        store.commit(2)
+        assert cache.cached_entries <= 42
+        assert cache.get_many(keys[88:]) == [b"v088", b"v089"] + [None] * 10
+        cache.clear()  # from the table alone: the deletes were written
+        assert cache.get_many(keys[88:]) == [b"v088", b"v089"] + [None] * 10

@@ -291,8 +291,9 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
                 self.codecs[0], blocks[0], counts[0][put], self.codecs[1], blocks[1], counts[1][put]
             )
             self.entries.put_many([heads[i] for i in put.tolist()], values)
-        for i in np.flatnonzero(changed & ~nonempty & present).tolist():
-            self.entries.delete(heads[i])
+        gone = np.flatnonzero(changed & ~nonempty & present).tolist()
+        if gone:
+            self.entries.delete_many([heads[i] for i in gone])
 
 
 def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> _Side:
