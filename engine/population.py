@@ -104,16 +104,18 @@ class PopulationMixin:
     def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
         """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
         tasks sharing the exported snapshot, or in this process (runner local)."""
+        # Arrow only where columns reach a collection computing on them: turning Arrow into
+        # tuples costs more than the row reader's own (a semi or outer join on top)
+        df = view.physical.dataflow
         if self.runner == "spark":
             from engine.spark.population import read_sources
 
-            yield from read_sources(self.spark, self.dsn, reader, tables, self.wait_timeout_s)
+            yield from read_sources(
+                self.spark, self.dsn, reader, tables, self.wait_timeout_s, df.reads_columns
+            )
             return
-        df = view.physical.dataflow
         for source, columns, where in tables:
             name = source.qualified_name
-            # Arrow only where columns reach a collection computing on them: turning Arrow into
-            # tuples costs more than the row reader's own (a semi or outer join on top)
             arrow = df.reads_columns(name)
             for batch in reader.read_table(source, list(columns), where, arrow=arrow):
                 yield name, batch

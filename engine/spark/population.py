@@ -9,7 +9,7 @@ or commit state: ``Engine`` does that, exactly as for the in-process population.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.snapshot import SnapshotReader
@@ -35,9 +35,11 @@ def plan_slices(
     reader: SnapshotReader,
     tables: list[tuple[SourceTable, tuple[str, ...], str | None]],
     parallelism: int,
+    arrow: Callable[[str], bool] = lambda table: True,
 ) -> list[TableSlice]:
     """Block-range slices: about ``2 x parallelism`` per large table, one per small table; the
-    last slice of a table is open-ended."""
+    last slice of a table is open-ended. ``arrow(table)``: whether its slices are read as Arrow
+    (``Dataflow.reads_columns``)."""
     slices: list[TableSlice] = []
     for table, columns, where in tables:
         blocks = table_blocks(reader, table)
@@ -46,7 +48,8 @@ def plan_slices(
         for i in range(n):
             first = i * step
             end = None if i == n - 1 else (i + 1) * step
-            slices.append(TableSlice(table, columns, first, end, where))
+            as_arrow = arrow(table.qualified_name)
+            slices.append(TableSlice(table, columns, first, end, where, as_arrow))
     return slices
 
 
@@ -56,12 +59,13 @@ def read_sources(
     reader: SnapshotReader,
     tables: list[tuple[SourceTable, tuple[str, ...], str | None]],
     wait_timeout_s: float = 60.0,
+    arrow: Callable[[str], bool] = lambda table: True,
 ) -> Iterator[tuple[str, DiffBatch]]:
     """(table, insert-only batch) for every row of ``tables`` in ``reader``'s snapshot, read by
     Spark tasks in parallel; partitions stream to the driver one at a time. A task that waits
     longer than ``wait_timeout_s`` for a table's lock fails the read with ``WaitedTooLong``
     naming the sessions that hold or queue for locks on the tables."""
-    slices = plan_slices(reader, tables, spark.sparkContext.defaultParallelism)
+    slices = plan_slices(reader, tables, spark.sparkContext.defaultParallelism, arrow)
     if not slices:
         return
     df = (

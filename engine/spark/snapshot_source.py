@@ -47,6 +47,7 @@ class TableSlice(InputPartition):
     first_block: int
     end_block: int | None
     filter_sql: str | None = None  # the view's pushed-down predicates (population_filter)
+    arrow: bool = True  # read as Arrow where the columns allow (else the row reader)
 
     def where_sql(self) -> str | None:
         parts = [f"({self.filter_sql})"] if self.filter_sql else []
@@ -75,7 +76,7 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: TableSlice) -> Iterator[tuple[str, bytes]]:
         name = partition.table.qualified_name
         columns = list(partition.columns)
-        if arrow_readable(partition.table, columns):
+        if partition.arrow and arrow_readable(partition.table, columns):
             with ArrowSnapshot(self.dsn, self.snapshot_name, self.lock_timeout_ms) as snap:
                 for read in snap.read(partition.table, columns, partition.where_sql()):
                     for batch in read.slices(ARROW_CHUNK_ROWS):
