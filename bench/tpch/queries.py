@@ -180,8 +180,13 @@ VIEWS: tuple[ViewQuery, ...] = (
     ViewQuery("tpch_q22", "Q22", Q22),
 )
 
-# the issue's targets: REFRESH / apply ratio per view (RF1 and RF2 streams at SF 1)
-APPLY_TARGETS = {"Q1": 20.0, "Q18": 20.0, "Q3": 5.0, "Q5": 5.0, "Q10": 5.0}
+# issue 14's targets at SF 1: REFRESH / apply on the RF1 and RF2 streams per view (no view below
+# APPLY_FLOOR), and population / CREATE TABLE AS per view (none above POPULATION_CEILING)
+APPLY_TARGETS = {"Q1": 30.0, "Q18": 30.0, "Q3": 8.0, "Q10": 8.0, "Q5": 4.0}
+APPLY_FLOOR = 3.0
+POPULATION_TARGETS = {"Q1": 2.0, "Q18": 2.0}
+POPULATION_CEILING = 10.0
+ALL_POPULATION_CEILING = 3.0  # population of all views / the sum of their CTAS
 
 
 def by_label(labels: str | None) -> tuple[ViewQuery, ...]:
