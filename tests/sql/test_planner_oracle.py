@@ -385,6 +385,18 @@ QUERIES = [
         "WHERE id NOT IN (SELECT customer_id FROM orders WHERE status = 'cancelled')",
         id="subquery-not-in-nulls",
     ),
+    # semi joins whose right input is unique on the key run as inner joins (unique_semi_join)
+    Q(
+        "SELECT o.id, o.customer_id, o.amount FROM orders o WHERE o.id IN (SELECT order_id "
+        "FROM order_items GROUP BY order_id HAVING sum(qty) > 5)",
+        id="subquery-in-group-having",
+    ),
+    Q(
+        "SELECT o.id, o.qty FROM orders o WHERE o.status IN (SELECT DISTINCT status FROM orders "
+        "WHERE amount > 50) AND o.customer_id IN (SELECT customer_id FROM orders GROUP BY "
+        "customer_id)",
+        id="subquery-in-distinct-text",
+    ),
     Q(
         "SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
         "WHERE o.customer_id = c.id AND o.amount > 100) OR c.segment = 'a'",

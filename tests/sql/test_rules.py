@@ -234,6 +234,11 @@ SEMANTIC_QUERIES = [
     "SELECT a, b FROM t1 WHERE a IN (SELECT d FROM t2 WHERE d > 1) AND a > 0",
     "SELECT a, b FROM t1 WHERE a NOT IN (SELECT d FROM t2 WHERE a > 1)",
     "SELECT t1.a, (SELECT max(d) FROM t2) AS m FROM t1 WHERE t1.b > 1",
+    # semi joins on a unique right input (unique_semi_join): inner joins
+    "SELECT a, b FROM t1 WHERE a IN (SELECT a FROM t2 GROUP BY a HAVING count(*) > 1)",
+    "SELECT a, c FROM t1 WHERE b IN (SELECT DISTINCT d FROM t2) AND a > 0",
+    "SELECT a, b FROM t1 WHERE EXISTS (SELECT 1 FROM (SELECT a, d FROM t2 GROUP BY a, d) g "
+    "WHERE g.a = t1.a AND g.d = t1.b)",
     # aggregates
     "SELECT c, count(*) AS n, sum(b) AS s FROM t1 WHERE a > 1 GROUP BY c HAVING count(*) > 1",
     "SELECT * FROM (SELECT a, sum(b) AS s FROM t1 GROUP BY a) g WHERE a > 2 AND s > 3",

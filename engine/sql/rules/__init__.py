@@ -5,7 +5,8 @@ sqlglot's optimizer for the model); shared analysis lives in ``scope``. ``RULES`
 order: constants first (so TRUE filters vanish and literals are canonical), then the top-k
 pattern (while the rank filter still sits right above its window), filter pushdown, the filters
 implied across equi-joins and a second pushdown to move those down too, join ordering (on the
-final conditions), projection pushdown (after filters found their place: their columns are
+final conditions), semi joins on a unique right input as inner joins (after ordering, so the
+join order stays the one chosen for the semi join), projection pushdown (after filters found their place: their columns are
 needed only where they are), the top-k pattern once more (pruning may have left a ranking
 Window with a single function) and pruning its rank column, then fusing and passthrough removal to clean up what the others
 left. Every rule must preserve results exactly; ``tests/sql/test_rules.py`` checks each on
@@ -24,6 +25,7 @@ from engine.sql.rules.order_joins import order_joins
 from engine.sql.rules.pushdown_filters import pushdown_filters
 from engine.sql.rules.pushdown_projections import pushdown_projections
 from engine.sql.rules.remove_passthrough import remove_passthrough
+from engine.sql.rules.unique_semi_join import unique_semi_join
 from engine.sql.rules.window_to_top_k import window_to_top_k
 
 Rule = Callable[[LogicalPlan], LogicalPlan]
@@ -35,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     infer_join_filters,
     pushdown_filters,
     order_joins,
+    unique_semi_join,
     pushdown_projections,
     window_to_top_k,
     pushdown_projections,
