@@ -320,12 +320,16 @@ class _Builder:
     def query(self, node: exp.Expression, outer: list[Field] | None) -> LogicalPlan:
         with_ = node.args.get("with_")
         if with_ is not None:
+            # the view's output names belong to the main query, not to a CTE planned before it
+            # (a one-column CTE under a one-column view took the view's column name)
+            top, self._top_names = self._top_names, None
             for cte in with_.expressions:
                 plan = self.query(cte.this, outer=None)
                 cols = cte.args.get("alias") and cte.args["alias"].columns
                 if cols:
                     plan = lp.SubqueryAlias(plan, "__cte", tuple(c.name for c in cols))
                 self.ctes[cte.alias_or_name] = plan
+            self._top_names = top
         if isinstance(node, (exp.Union, exp.Except, exp.Intersect)):
             top, self._top_names = self._top_names, None
             return self.set_operation(node, top)
@@ -600,9 +604,23 @@ class _Builder:
         return lp.Join(plan, lp.SubqueryAlias(counts, alias), "cross"), exp.Paren(this=value)
 
     def outer_references(self, sub: exp.Expression) -> list[exp.Column]:
-        """The columns of ``sub`` that name a table outside it (a correlated subquery)."""
-        scope = self._scope_aliases(sub)
-        return [c for c in sub.find_all(exp.Column) if c.table and c.table not in scope]
+        """The columns of ``sub`` that name a table outside it (a correlated subquery). A column
+        may name any FROM item of its own SELECT or of the SELECTs around it inside ``sub``: the
+        columns of a derived table's or a UNION branch's own SELECT are theirs, not outer."""
+        found: list[exp.Column] = []
+
+        def visit(node: exp.Expression, visible: frozenset[str]) -> None:
+            if isinstance(node, exp.Select):
+                visible = visible | self._scope_aliases(node)
+            for child in node.iter_expressions():
+                if isinstance(child, exp.Column):
+                    if child.table and child.table not in visible:
+                        found.append(child)
+                else:
+                    visit(child, visible)
+
+        visit(sub, frozenset())
+        return found
 
     @staticmethod
     def _scope_aliases(sel: exp.Expression) -> set[str]:

@@ -397,6 +397,23 @@ QUERIES = [
         "customer_id)",
         id="subquery-in-distinct-text",
     ),
+    # IN over a derived table or a UNION (refused as "correlated" before: their own columns
+    # were taken for outer references), and a one-column CTE under a one-column view
+    Q(
+        "SELECT id FROM orders WHERE customer_id IN (SELECT u.cid FROM (SELECT customer_id AS "
+        "cid FROM orders WHERE qty > 3 UNION SELECT id FROM customers WHERE score > 50) u)",
+        id="subquery-in-derived-union",
+    ),
+    Q(
+        "SELECT id FROM orders WHERE qty IN (SELECT qty FROM order_items "
+        "UNION ALL SELECT qty FROM orders WHERE status = 'paid')",
+        id="subquery-in-union-all",
+    ),
+    Q(
+        "WITH w AS (SELECT customer_id FROM orders WHERE qty > 2) "
+        "SELECT c.id FROM customers c JOIN w ON w.customer_id = c.id",
+        id="cte-one-column",
+    ),
     Q(
         "SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
         "WHERE o.customer_id = c.id AND o.amount > 100) OR c.segment = 'a'",
