@@ -239,6 +239,8 @@ SEMANTIC_QUERIES = [
     "SELECT a, c FROM t1 WHERE b IN (SELECT DISTINCT d FROM t2) AND a > 0",
     "SELECT a, b FROM t1 WHERE EXISTS (SELECT 1 FROM (SELECT a, d FROM t2 GROUP BY a, d) g "
     "WHERE g.a = t1.a AND g.d = t1.b)",
+    "SELECT a, c FROM t1 WHERE b IN (SELECT d FROM t2 UNION SELECT v FROM t3)",
+    "SELECT a, c FROM t1 WHERE b IN (SELECT d FROM t2 EXCEPT SELECT k FROM t3)",
     # aggregates
     "SELECT c, count(*) AS n, sum(b) AS s FROM t1 WHERE a > 1 GROUP BY c HAVING count(*) > 1",
     "SELECT * FROM (SELECT a, sum(b) AS s FROM t1 GROUP BY a) g WHERE a > 2 AND s > 3",

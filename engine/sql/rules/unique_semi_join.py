@@ -8,8 +8,9 @@ semi join keeps its left rows in a row arrangement: TPC-H Q18's semi join over 6
 was most of its population.
 
 Unique means: the right input's rows never agree on the right-hand columns of the equalities
-(an Aggregate's group keys, all of it without GROUP BY; all columns of a Distinct; through
-Filter, SubqueryAlias, TopK and Projects that keep the columns). Only where the results cannot change:
+(an Aggregate's group keys, all of it without GROUP BY; all columns of a Distinct or of a UNION,
+EXCEPT or INTERSECT without ALL; through Filter, SubqueryAlias, TopK and Projects that keep the
+columns). Only where the results cannot change:
 
 * every key equality compares two bare columns of the same type, not a float (GROUP BY and the
   join's equality then agree on which values are equal; a NULL key matches nothing either way);
@@ -68,6 +69,11 @@ def unique_on(node: LogicalPlan, positions: set[int]) -> bool:
         return set(range(len(node.group_by))) <= positions
     if isinstance(node, lp.Distinct):
         return set(range(len(node.fields))) <= positions
+    if isinstance(node, lp.SetOperation):  # without ALL: duplicates removed
+        return (
+            node.kind in ("union", "except", "intersect")
+            and set(range(len(node.fields))) <= positions
+        )
     if isinstance(node, (lp.Filter, lp.SubqueryAlias, lp.TopK)):
         return unique_on(node.input, positions)
     if isinstance(node, lp.Project):
