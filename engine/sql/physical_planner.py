@@ -50,6 +50,7 @@ from engine.dataflow.state.store import StateStore
 from engine.dataflow.window_functions import WindowFunction
 from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
+from engine.sql.aggregate_value_types import aggregate_arrow_types
 from engine.sql.calls import aggregate_call, window_call
 from engine.sql.expression_compiler import ColumnRef, compile_expressions, compile_predicate
 from engine.sql.logical_plan import Field, LogicalPlan
@@ -116,14 +117,28 @@ def value_arrow_types(plan: LogicalPlan) -> list[pa.DataType | None]:
     its scale fixed: a declared numeric(p, s) column, or a projected expression whose scale
     ``value_scale`` derives (a projected numeric of any other scale gets None)."""
     fields = plan.fields
+    if isinstance(plan, lp.Aggregate):
+        return aggregate_arrow_types(plan, value_arrow_types(plan.input))
+    if isinstance(plan, (lp.Filter, lp.SubqueryAlias, lp.Distinct)):
+        return value_arrow_types(plan.input)
+    if isinstance(plan, lp.Join):
+        left = value_arrow_types(plan.left)
+        if plan.kind in ("semi", "anti", "anti_null_aware"):
+            return left
+        return left + value_arrow_types(plan.right)
     if not isinstance(plan, lp.Project):
         return [arrow_type(f.type) if isinstance(f.type, SqlType) else None for f in fields]
     inner = plan.input.fields
+    inner_types = value_arrow_types(plan.input)
     out: list[pa.DataType | None] = []
     for e, f in zip(plan.exprs, fields, strict=True):
         t = f.type
         if not isinstance(t, SqlType):
             out.append(None)
+            continue
+        i = column_index(e, inner)
+        if i is not None and inner[i].type == t and inner_types[i] is not None:
+            out.append(inner_types[i])  # a column passed through: its values' type
             continue
         if t.kind is not TypeKind.NUMERIC:
             out.append(arrow_type(t))

@@ -510,6 +510,13 @@ QUERIES = [
         "ORDER BY total DESC NULLS LAST, customer_id NULLS FIRST LIMIT 3",
         id="limit-over-aggregate",
     ),
+    Q(  # sums, minima and maxima of numeric columns have one scale: the columnar top-k and join
+        "SELECT t.customer_id, t.total, t.lo, t.hi, c.name FROM (SELECT customer_id, "
+        "sum(amount) AS total, min(amount) AS lo, max(amount) FILTER (WHERE qty > 2) AS hi "
+        "FROM orders GROUP BY customer_id) t JOIN customers c ON c.id = t.customer_id "
+        "ORDER BY t.hi DESC NULLS LAST, t.lo, t.customer_id LIMIT 4",
+        id="limit-over-aggregate-join",
+    ),
     Q(  # the columnar top-k: per-customer top-3 orders by amount, the row_number kept
         "SELECT * FROM (SELECT id, customer_id, amount, status, row_number() OVER "
         "(PARTITION BY customer_id ORDER BY amount DESC, id) AS rn FROM orders) t WHERE rn <= 3",
