@@ -1,20 +1,26 @@
-"""A semi join whose right input is unique on the join keys becomes an inner join.
+"""A semi join becomes an inner join with a right input unique on the join keys.
 
 ``x IN (SELECT k FROM t GROUP BY k HAVING ...)`` is a semi join whose right input holds each key
 at most once. Joining it as an inner join gives every left row at most one partner, so the inner
 join's rows are the semi join's with the right's columns appended; a Project keeps the left's.
-The inner join runs columnar (``ColumnarInnerJoinCollection``) where the types allow, while the
-semi join keeps its left rows in a row arrangement: TPC-H Q18's semi join over 6M joined lines
-was most of its population.
+Where the right input is not unique (``EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey =
+o_orderkey ...)``) and the condition is key equalities only, the inner join takes the right's
+DISTINCT keys instead: a left row matches one of them exactly when it matches some right row.
+The inner join and the distinct run columnar (``ColumnarInnerJoinCollection``,
+``ColumnarDistinctCollection``) where the types allow, while the semi join keeps its rows in a
+row arrangement: TPC-H Q18's semi join over 6M joined lines was most of its population, Q4's
+semi join most of its.
 
 Unique means: the right input's rows never agree on the right-hand columns of the equalities
 (an Aggregate's group keys, all of it without GROUP BY; all columns of a Distinct or of a UNION,
 EXCEPT or INTERSECT without ALL; through Filter, SubqueryAlias, TopK and Projects that keep the
 columns). Only where the results cannot change:
 
-* every key equality compares two bare columns of the same type, not a float (GROUP BY and the
-  join's equality then agree on which values are equal; a NULL key matches nothing either way);
-* other conjuncts of the condition stay as the inner join's residual (at most one partner still);
+* every key equality compares two bare columns of the same type, not a float (DISTINCT/GROUP BY
+  and the join's equality then agree on which values are equal; a NULL key matches nothing);
+* other conjuncts of the condition stay as the inner join's residual when the right input is
+  unique (at most one partner still); with a residual, a non-unique right stays a semi join (the
+  residual may read right columns besides the keys);
 * the left's columns resolve to themselves above the inner join (no name the right shadows).
 
 Example::
@@ -44,18 +50,33 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
     if not (isinstance(node, lp.Join) and node.kind == "semi" and node.condition is not None):
         return node
     left, right = node.left.fields, node.right.fields
-    keys = set()
+    keys: set[int] = set()
+    residual = False
     for c in conjuncts(node.condition):
         pair = equi_columns(c, left, right)
         if pair is None:
+            residual = True
             continue
         lf, rf = left[pair[0]], right[pair[1]]
         if lf.type != rf.type or rf.type.is_float:
             return node
         keys.add(pair[1])
-    if not keys or not unique_on(node.right, keys):
+    if not keys:
         return node
-    joined = lp.Join(node.left, node.right, "inner", node.condition)
+    unique = node.right
+    if not unique_on(unique, keys):
+        if residual:  # the residual may need right columns besides the keys
+            return node
+        # the right's distinct keys: a left row matches one of them iff it matches a right row
+        picked = tuple(sorted(keys))
+        unique = lp.Distinct(
+            lp.Project(
+                unique, tuple(right[i].ref() for i in picked), tuple(right[i] for i in picked)
+            )
+        )
+        if any(resolve(right[i].ref(), unique.fields) is None for i in picked):
+            return node
+    joined = lp.Join(node.left, unique, "inner", node.condition)
     both = joined.fields
     refs = tuple(f.ref() for f in left)
     if any(resolve(r, both) != i for i, r in enumerate(refs)):
