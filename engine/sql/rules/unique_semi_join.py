@@ -69,6 +69,8 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
             return node
         # the right's distinct keys: a left row matches one of them iff it matches a right row
         picked = tuple(sorted(keys))
+        if any(resolve(right[i].ref(), right) != i for i in picked):
+            return node  # a key column's name is ambiguous in the right input
         unique = lp.Distinct(
             lp.Project(
                 unique, tuple(right[i].ref() for i in picked), tuple(right[i] for i in picked)
