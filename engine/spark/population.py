@@ -42,13 +42,13 @@ def plan_slices(
     (``Dataflow.reads_columns``)."""
     slices: list[TableSlice] = []
     for table, columns, where in tables:
+        as_arrow = arrow(table.qualified_name)
         blocks = table_blocks(reader, table)
         n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS))
         step = -(-blocks // n) if blocks else 0
         for i in range(n):
             first = i * step
             end = None if i == n - 1 else (i + 1) * step
-            as_arrow = arrow(table.qualified_name)
             slices.append(TableSlice(table, columns, first, end, where, as_arrow))
     return slices
 

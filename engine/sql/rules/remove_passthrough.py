@@ -29,7 +29,14 @@ from sqlglot import exp
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
-from engine.sql.rules.scope import is_bare_column, key, parent_counts, resolve, transform_up
+from engine.sql.rules.scope import (
+    is_bare_column,
+    key,
+    parent_counts,
+    resolve,
+    transform_up,
+    unique_on,
+)
 
 
 def remove_passthrough(plan: LogicalPlan) -> LogicalPlan:
@@ -80,19 +87,7 @@ def _reorder_only(p: lp.Project) -> bool:
 
 def duplicate_free(node: LogicalPlan) -> bool:
     """True if ``node`` can never output the same row twice."""
-    if isinstance(node, (lp.Distinct, lp.Aggregate)):
-        return True
-    if isinstance(node, lp.SetOperation):
-        return node.kind in ("union", "except", "intersect")
-    if isinstance(node, (lp.Filter, lp.SubqueryAlias, lp.TopK)):
-        return duplicate_free(node.input)
-    if isinstance(node, lp.Project):
-        inner = node.input
-        kept = {resolve(e, inner.fields) for e in node.exprs if is_bare_column(e)}
-        if isinstance(inner, lp.Aggregate):
-            return set(range(len(inner.group_by))) <= kept
-        return duplicate_free(inner) and set(range(len(inner.fields))) <= kept
-    return False
+    return unique_on(node, set(range(len(node.fields))))
 
 
 def _remove(node: LogicalPlan, is_shared) -> LogicalPlan:

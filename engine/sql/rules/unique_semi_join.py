@@ -38,7 +38,7 @@ from __future__ import annotations
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
 from engine.sql.rules.pushdown_filters import equi_columns
-from engine.sql.rules.scope import conjuncts, is_bare_column, resolve, transform_up
+from engine.sql.rules.scope import conjuncts, resolve, transform_up, unique_on
 
 
 def unique_semi_join(plan: LogicalPlan) -> LogicalPlan:
@@ -76,36 +76,9 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
                 unique, tuple(right[i].ref() for i in picked), tuple(right[i] for i in picked)
             )
         )
-        if any(resolve(right[i].ref(), unique.fields) is None for i in picked):
-            return node
     joined = lp.Join(node.left, unique, "inner", node.condition)
     both = joined.fields
     refs = tuple(f.ref() for f in left)
     if any(resolve(r, both) != i for i, r in enumerate(refs)):
         return node
     return lp.Project(joined, refs, left)
-
-
-def unique_on(node: LogicalPlan, positions: set[int]) -> bool:
-    """True if no two rows of ``node`` agree on the columns at ``positions``."""
-    if isinstance(node, lp.Aggregate):
-        return set(range(len(node.group_by))) <= positions
-    if isinstance(node, lp.Distinct):
-        return set(range(len(node.fields))) <= positions
-    if isinstance(node, lp.SetOperation):  # without ALL: duplicates removed
-        return (
-            node.kind in ("union", "except", "intersect")
-            and set(range(len(node.fields))) <= positions
-        )
-    if isinstance(node, (lp.Filter, lp.SubqueryAlias, lp.TopK)):
-        return unique_on(node.input, positions)
-    if isinstance(node, lp.Project):
-        inner = node.input.fields
-        mapped = {
-            resolve(e, inner)
-            for j, e in enumerate(node.exprs)
-            if j in positions and is_bare_column(e)
-        }
-        mapped.discard(None)
-        return unique_on(node.input, mapped)  # type: ignore[arg-type]
-    return False
