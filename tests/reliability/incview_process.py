@@ -19,9 +19,11 @@ def incview_cli(
     *args: str,
     runner: str = "local",
     prefix: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """``python -m engine.cli ... <args>`` started with its output in ``log`` (the caller waits
-    for it or kills it); ``prefix`` is put before the command (e.g. ``ip netns exec NS``)."""
+    for it or kills it); ``prefix`` is put before the command (e.g. ``ip netns exec NS``), ``env``
+    adds to its environment."""
     with open(log, "a") as out:
         return subprocess.Popen(
             [
@@ -39,17 +41,22 @@ def incview_cli(
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
 
 
 @contextlib.contextmanager
 def incview_run(
-    dsn: str, state: Path, log: Path, runner: str = "local", prefix: tuple[str, ...] = ()
+    dsn: str,
+    state: Path,
+    log: Path,
+    runner: str = "local",
+    prefix: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """``python -m engine.cli ... run`` with its output in ``log``; killed on exit if alive."""
     log.write_text("")
-    proc = incview_cli(dsn, state, log, "run", runner=runner, prefix=prefix)
+    proc = incview_cli(dsn, state, log, "run", runner=runner, prefix=prefix, env=env)
     try:
         yield proc
     finally:
