@@ -108,6 +108,7 @@ class Engine(
         self.wait_timeout_s = wait_timeout_s
         self.max_buffered_changes = buffered_changes_setting(max_buffered_changes)
         self._spark = None
+        self._shared_stream = None  # runner spark: the views' one streaming query
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)
         self.views: dict[str, ViewRuntime] = {}
         self.broken: dict[str, str] = {}  # views whose sources changed under them -> why
@@ -156,6 +157,7 @@ class Engine(
     def close(self) -> None:
         for view in self.views.values():
             view.stop_stream()
+        self._stop_shared_stream()
         self._slot_keeper.stop()
         try:  # leave the slot where the views are, holding no WAL they do not need
             self._advance_slot()

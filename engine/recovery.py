@@ -233,6 +233,7 @@ class RecoveryMixin:
         for view in self.views.values():
             if view.stream is not None:
                 steps.append(view.stream.stop)
+        steps.append(self._stop_shared_stream)
         if hasattr(self, "_slot_keeper"):
             steps.append(self._slot_keeper.stop)
         steps += [view.close for view in self.views.values()]

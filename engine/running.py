@@ -238,6 +238,7 @@ class RunningMixin:
         finally:
             for view in running:
                 view.stop_stream()
+            self._stop_shared_stream(only_if_idle=True)
             try:
                 for view in running:
                     self.catalog.stopped(view.name)

@@ -1,13 +1,13 @@
 """``SparkRunnerMixin``: an ``Engine``'s views as Spark Structured Streaming queries.
 
-One query per view (``engine.spark.streaming``) whose micro-batches go through the same
-``_apply_view`` as the local runner; ``catch_up`` waits for the queries to reach the WAL
+One streaming query per engine (``engine.spark.streaming``): each micro-batch is read once and
+fanned out to every running view through the same ``_apply_view`` as the local runner; ``catch_up`` waits for the queries to reach the WAL
 position of the call. Mixed into ``Engine``.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 import time
 from collections.abc import Iterable
 
@@ -16,7 +16,7 @@ import psycopg
 from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
-from engine.postgres.cdc import Transaction, visible_in_snapshot
+from engine.postgres.cdc import CdcReader, Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
 
@@ -31,34 +31,63 @@ class SparkRunnerMixin:
         return self._spark
 
     def _start_streams(self, views: Iterable[ViewRuntime]) -> None:
-        """Start the streaming queries of ``views`` that are not running."""
-        from engine.spark.streaming import start_all
+        """Make ``views`` members of the engine's one streaming query (started if it is not
+        running: from the smallest state LSN of the views that start it)."""
+        from engine.spark.streaming import SharedCdcStream
 
-        todo = [v for v in views if v.stream is None or not v.stream.active]
-        for view in todo:
-            # a query starts from the view's committed state, never from its Spark offsets:
-            # those may be past micro-batches the view skipped (Spark commits a batch the view
-            # did not apply: while it waited for a repair, or after it was given up on)
-            shutil.rmtree(view.checkpoint, ignore_errors=True)
-            view.stream = self._stream(view)
-        start_all([v.stream for v in todo])
-
-    def _stream(self, view: ViewRuntime):
-        from engine.spark.streaming import StreamingView
-
-        return StreamingView(
+        # a member whose apply failed waits for its failure to be handled (``_stream_failed``,
+        # or the outage path), which stops its stream; then it joins again
+        todo = [
+            v for v in views if v.stream is None or (not v.stream.active and v.stream.error is None)
+        ]
+        if not todo:
+            return
+        shared = self._shared_stream
+        if shared is not None and shared.active:
+            for view in todo:
+                view.stream = shared.join(view)
+            return
+        if shared is not None:
+            shared.stop()
+        # a query starts from the views' committed states, never from Spark's offsets: those
+        # may be past micro-batches a view skipped (while it waited for a repair, or after it
+        # was given up on); SharedCdcStream.start drops the checkpoint
+        shared = self._shared_stream = SharedCdcStream(
             self.spark,
-            view.name,
-            lambda txs, v=view: self._apply_stream_batch(v, txs),
+            self._apply_stream_batch,
+            self._catch_up_joining,
             dsn=self.dsn,
             slot=SLOT,
             publication=PUBLICATION,
-            tables=list(view.inputs),
-            start_lsn=view.state_time,
-            checkpoint=view.checkpoint,
+            checkpoint=self.state_dir / "spark" / f"checkpoint-{os.getpid()}",
             trigger_ms=self.trigger_ms,
             max_buffered_changes=self.max_buffered_changes,
         )
+        for view in todo:
+            view.stream = shared.join(view)
+        shared.start(min(v.state_time for v in todo))
+
+    def _stop_shared_stream(self, only_if_idle: bool = False) -> None:
+        """Stop the views' streaming query (``only_if_idle``: if no view is a member)."""
+        shared = self._shared_stream
+        if shared is not None and not (only_if_idle and shared.members):
+            self._shared_stream = None
+            shared.stop()
+
+    def _catch_up_joining(self, view: ViewRuntime) -> None:
+        """Bring ``view``, joining the running query, to the WAL's flushed end (past anything
+        the query fanned out), reading the slot on the driver."""
+        reader = CdcReader(
+            self.dsn, SLOT, PUBLICATION, max_buffered_changes=self.max_buffered_changes
+        )
+        try:
+            target = reader.flush_wal()
+            if view.state_time < target:
+                txs = reader.read_range(view.state_time, target)
+                if txs:
+                    self._apply_stream_batch(view, txs)
+        finally:
+            reader.close()
 
     def _apply_stream_batch(self, view: ViewRuntime, txs: list[Transaction]) -> None:
         """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""

@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Callable
 from datetime import datetime
 from operator import itemgetter
-from pathlib import Path
 
 import psycopg
 
@@ -80,7 +79,7 @@ class ViewRuntime:
         # sink's commit and the state's: the transactions up to it are then applied to the
         # state only)
         self.sink_lsn: int = record.last_lsn or 0
-        self.stream = None  # engine.spark.streaming.StreamingView while running on Spark
+        self.stream = None  # engine.spark.streaming.StreamMember while running on Spark
         self.writes = 0  # batches that wrote result rows
         self.snapshot: PgSnapshot | None = self._load_snapshot()
         # commit time of the last source transaction applied (list_views' lag)
@@ -182,10 +181,6 @@ class ViewRuntime:
     @property
     def result_name(self) -> str:
         return f"{self.record.result_schema}.{self.record.result_table}"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.dir / "checkpoint"
 
     def close(self) -> None:
         self.store.close()

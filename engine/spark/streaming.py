@@ -1,22 +1,33 @@
-"""A view's running phase as a Spark Structured Streaming query.
+"""The running phase of an Engine's views as ONE Spark Structured Streaming query.
 
 ``readStream.format("incview_cdc")`` (LSN offsets, whole transactions, see
-``engine.spark.cdc_source``) -> ``foreachBatch``: the batch comes to the driver (streamed with
-``toLocalIterator()``, or as Arrow with ``toArrow()`` when ``max_buffered_changes`` is 0), is
-reassembled into transactions (a huge one partly on disk) and handed to the engine's ``apply`` callback,
-which feeds the view's dataflow, writes the net diff and the LSN through the consolidating sink in
-one Postgres transaction and commits the view's state. The query reads from ``start_lsn`` (the
-view's committed state; the engine drops the checkpoint before each start, see
-``SparkRunnerMixin._start_streams``), and the transactions the view already applied (end LSN <=
-its state time) are skipped, so the result is exactly-once. The trigger is ``processingTime`` (50 ms by default): when a batch overruns it, the
-next starts at once and takes everything that arrived meanwhile (up to ``max_rows`` changes), so
-batches grow under load by themselves and lag stays bounded. Per-batch metrics (rows, duration,
-commit->visible lag) are kept for ``list_views``, Dagster and the benchmark. This module must not
-plan views or write SQL results itself.
+``engine.spark.cdc_source``) -> ``foreachBatch``: every micro-batch is read once (on the
+executors) and comes to the driver (streamed with ``toLocalIterator()``, or as Arrow with
+``toArrow()`` when ``max_buffered_changes`` is 0), is reassembled into transactions (a huge one
+partly on disk) and fanned out to every member view through the engine's ``apply(view, txs)``
+callback, which feeds that view's dataflow, writes the net diff and the LSN through its sink in
+one Postgres transaction and commits its state. Each view skips the transactions it already
+applied (end LSN <= its state time), so the result is exactly-once.
+
+``SharedCdcStream`` is the query; each view holds a ``StreamMember`` (``ViewRuntime.stream``).
+The query starts at the smallest state LSN of its first members (its checkpoint is dropped
+before each start: the views' states, not Spark's offsets, say where they are). A view that
+joins a running query (a new view after its population, a repaired one) is first brought, on
+the driver and while no batch fans out, to the WAL's flushed end with a bounded read of the slot
+(``CdcReader.read_range``), past anything the query has fanned out; batches then carry on for
+it. Joining and leaving never restart the query or touch the other views. A member whose apply
+fails (its sink, an outage) is out of the fan-out with its error until the engine handles it.
+
+The trigger is ``processingTime`` (50 ms by default): when a batch overruns it, the next starts
+at once and takes everything that arrived meanwhile (up to ``max_rows`` changes), so batches grow
+under load and lag stays bounded. Per view, per-batch metrics (rows, duration, commit->visible
+lag) are kept for ``list_views``, Dagster and the benchmark. This module must not plan views or
+write SQL results itself.
 """
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import deque
@@ -41,35 +52,84 @@ class BatchMetrics:
     tx_lags_ms: tuple[float, ...] = ()  # commit -> visible of each transaction of the batch
 
 
-class StreamingView:
-    """One view's streaming query. ``apply(txs)`` must apply and commit the transactions."""
+class StreamMember:
+    """One view's part in the shared query (``ViewRuntime.stream``): its metrics, its error."""
+
+    def __init__(self, shared: SharedCdcStream, view) -> None:
+        self.shared = shared
+        self.view = view
+        self.name = view.name
+        self.metrics: deque[BatchMetrics] = deque(maxlen=10_000)
+        self.error: BaseException | None = None
+
+    @property
+    def spilled_transactions(self) -> int:
+        return self.shared.spilled_transactions
+
+    @property
+    def active(self) -> bool:
+        return self.error is None and self.shared.active and self.shared.has(self)
+
+    @property
+    def initializing(self) -> bool:
+        return self.shared.initializing
+
+    def failure(self) -> str | None:
+        """Why the view stopped receiving batches (its apply failed, or the query died)."""
+        if self.error is not None:
+            return f"{type(self.error).__name__}: {self.error}"
+        return self.shared.failure()
+
+    def died_of_outage(self) -> bool:
+        """Whether it stopped because the database went away (its error, or the query's task's
+        traceback, is a lost connection), not of a fault of its own."""
+        if self.error is not None:
+            return is_outage(self.error)
+        return is_outage_text(self.shared.failure())
+
+    def stop(self) -> None:
+        """Leave the fan-out; a batch in flight finishes first (its sink and state commit)."""
+        self.shared.leave(self)
+
+    def record(self, batch_id: int, txs: list[Transaction], started: float) -> None:
+        now = datetime.now(UTC)
+        lags = tuple((now - tx.commit_ts).total_seconds() * 1000.0 for tx in txs)
+        self.metrics.append(
+            BatchMetrics(
+                batch_id,
+                len(txs),
+                sum(tx.change_count for tx in txs),
+                (time.perf_counter() - started) * 1000.0,
+                lags[-1],
+                txs[-1].end_lsn,
+                lags,
+            )
+        )
+
+
+class SharedCdcStream:
+    """The Engine's one streaming query. ``apply(view, txs)`` must apply and commit ``txs`` to
+    ``view`` (skipping what it holds); ``catch_up(view)`` brings a joining view to the WAL's
+    flushed end on the driver."""
 
     def __init__(
         self,
         spark,
-        name: str,
-        apply: Callable[[list[Transaction]], None],
+        apply: Callable[[object, list[Transaction]], None],
+        catch_up: Callable[[object], None],
         *,
         dsn: str,
         slot: str,
         publication: str,
-        tables: list[str],
-        start_lsn: int,
         checkpoint: Path,
         trigger_ms: int = 50,
         max_rows: int | None = None,
         max_buffered_changes: int = 0,
     ) -> None:
         self.spark = spark
-        self.name = name
         self._apply = apply
-        self.options = {
-            "dsn": dsn,
-            "slot": slot,
-            "publication": publication,
-            "tables": ",".join(sorted(tables)),
-            "start_lsn": str(start_lsn),
-        }
+        self._catch_up = catch_up
+        self.options = {"dsn": dsn, "slot": slot, "publication": publication}
         if max_rows is not None:
             self.options["max_rows"] = str(max_rows)
         # a huge transaction: spilled past this many diffs by the task and by the driver
@@ -79,72 +139,86 @@ class StreamingView:
             self.options["max_buffered_changes"] = str(max_buffered_changes)
         self.checkpoint = checkpoint
         self.trigger_ms = trigger_ms
-        self.metrics: deque[BatchMetrics] = deque(maxlen=10_000)
         self.query = None
-        self.error: BaseException | None = None
-        self._busy = threading.Lock()
+        self.members: dict[str, StreamMember] = {}
+        # held while a batch fans out and while a view joins or leaves
+        self._lock = threading.RLock()
 
-    def start(self, available_now: bool = False) -> None:
-        """Start the query (``available_now``: process what is there, then stop)."""
-        reader = self.spark.readStream.format(NAME)
+    # -- membership ------------------------------------------------------------------------------
+    def has(self, member: StreamMember) -> bool:
+        return self.members.get(member.name) is member
+
+    def join(self, view) -> StreamMember:
+        """Add ``view`` to the fan-out (caught up first if the query runs already)."""
+        member = StreamMember(self, view)
+        with self._lock:
+            if self.query is not None:
+                try:
+                    self._catch_up(view)
+                except Exception as e:  # the engine sees it as the view's failure
+                    member.error = e
+                    return member
+            old = self.members.get(view.name)
+            if old is not None:
+                old.error = old.error or RuntimeError("replaced by a new member")
+            self.members[view.name] = member
+        return member
+
+    def leave(self, member: StreamMember) -> None:
+        with self._lock:
+            if self.has(member):
+                del self.members[member.name]
+
+    # -- the query ------------------------------------------------------------------------------
+    def start(self, start_lsn: int) -> None:
+        """Start reading at ``start_lsn`` (the smallest state LSN of the members)."""
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+        reader = self.spark.readStream.format(NAME).option("start_lsn", str(start_lsn))
         for key, value in self.options.items():
             reader = reader.option(key, value)
-        writer = (
+        self.query = (
             reader.load()
-            .writeStream.queryName(f"incview:{self.name}")
+            .writeStream.queryName("incview")
             .foreachBatch(self._batch)
             .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
+            .start()
         )
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
-        self.query = writer.start()
 
     def _batch(self, df, batch_id: int) -> None:
-        with self._busy:
-            start = time.perf_counter()
-            if self.max_buffered_changes > 0:
-                # streamed row by row (one partition, in (end_lsn, seq) order): a huge
-                # transaction goes to disk past the bound instead of into memory whole
-                rows = ((r.end_lsn, r.seq, bytes(r.payload)) for r in df.toLocalIterator())
-                txs = transactions_from_rows(rows, self.max_buffered_changes, presorted=True)
-            else:
-                table = df.toArrow()
-                rows = zip(
-                    table.column("end_lsn").to_pylist(),
-                    table.column("seq").to_pylist(),
-                    table.column("payload").to_pylist(),
-                    strict=True,
-                )
-                txs = transactions_from_rows(rows)
-            if not txs:
-                return
-            self.spilled_transactions += sum(tx.spilled is not None for tx in txs)
-            try:
-                self._apply(txs)
-            except BaseException as e:
-                self.error = e
-                raise
-            last = txs[-1]
-            now = datetime.now(UTC)
-            lags = tuple((now - tx.commit_ts).total_seconds() * 1000.0 for tx in txs)
-            lag = lags[-1]
-            self.metrics.append(
-                BatchMetrics(
-                    batch_id,
-                    len(txs),
-                    sum(tx.change_count for tx in txs),
-                    (time.perf_counter() - start) * 1000.0,
-                    lag,
-                    last.end_lsn,
-                    lags,
-                )
-            )
+        started = time.perf_counter()
+        txs = self._transactions(df)
+        if not txs:
+            return
+        self.spilled_transactions += sum(tx.spilled is not None for tx in txs)
+        with self._lock:
+            for member in list(self.members.values()):
+                try:
+                    self._apply(member.view, txs)
+                except Exception as e:  # out of the fan-out until the engine handles it
+                    member.error = e
+                    self.leave(member)
+                    continue
+                member.record(batch_id, txs, started)
+
+    def _transactions(self, df) -> list[Transaction]:
+        if self.max_buffered_changes > 0:
+            # streamed row by row (one partition, in (end_lsn, seq) order): a huge
+            # transaction goes to disk past the bound instead of into memory whole
+            rows = ((r.end_lsn, r.seq, bytes(r.payload)) for r in df.toLocalIterator())
+            return transactions_from_rows(rows, self.max_buffered_changes, presorted=True)
+        table = df.toArrow()
+        rows = zip(
+            table.column("end_lsn").to_pylist(),
+            table.column("seq").to_pylist(),
+            table.column("payload").to_pylist(),
+            strict=True,
+        )
+        return transactions_from_rows(rows)
 
     @property
     def initializing(self) -> bool:
-        """Whether the query is still starting its sources (its Python source process)."""
+        """Whether the query is still starting its source (its Python source process)."""
         if not self.active or self.query.lastProgress is not None:
             return False
         return self.query.status.get("message") in ("Initializing sources", "Initializing")
@@ -157,41 +231,15 @@ class StreamingView:
         """The query's exception message if it died, else None."""
         if self.query is None or self.query.isActive:
             return None
-        if self.error is not None:
-            return f"{type(self.error).__name__}: {self.error}"
         exc = self.query.exception()
         return None if exc is None else str(exc)
 
-    def died_of_outage(self) -> bool:
-        """Whether the query died because the database went away (its batch's error, or its
-        task's traceback, is a lost connection), not of a fault of its own."""
-        if self.error is not None:
-            return is_outage(self.error)
-        return is_outage_text(self.failure())
-
-    def wait(self) -> None:
-        """Block until an availableNow run finished."""
-        if self.query is not None:
-            self.query.awaitTermination()
-
     def stop(self) -> None:
-        """Stop the query; a batch in flight finishes (its sink and state commit) first."""
+        """Stop the query; a batch in flight finishes (its sinks and state commits) first."""
         if self.query is not None:
             try:
                 self.query.stop()
             finally:
-                with self._busy:
+                with self._lock:
                     pass
-
-
-def start_all(streams: list[StreamingView], at_once: int = 3, timeout_s: float = 180.0) -> None:
-    """Start the queries, at most ``at_once`` initializing at a time: each launches a Python
-    source process, and dozens launched together on a busy machine time out connecting back."""
-    deadline = time.monotonic() + timeout_s
-    starting: list[StreamingView] = []
-    for stream in streams:
-        while len(starting) >= at_once and time.monotonic() < deadline:
-            time.sleep(0.05)
-            starting = [s for s in starting if s.initializing]
-        stream.start()
-        starting.append(stream)
+        shutil.rmtree(self.checkpoint, ignore_errors=True)

@@ -1,5 +1,5 @@
 """The Spark runtime end to end on a real local SparkSession, real Postgres and real rocksdict
-state: population as a Spark job, each view as a Structured Streaming query, a writer active
+state: population as a Spark job, the views as one Structured Streaming query, a writer active
 while the queries run (SIGKILL of the streaming process and its restart: the Spark kill matrix,
 ``tests/reliability/test_kill_matrix.py``). After every catch-up
 each result table equals its query run by Postgres (multisets, EXCEPT ALL both ways)."""
@@ -136,31 +136,61 @@ def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_p
 
 
 def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
-    """``incview run`` on Spark answers CALL incview.create_view: the view is populated by a
-    Spark job, its streaming query starts and maintains it under a writer, and CALL drop_view
-    stops the query and drops it."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        work = Workload(conn, 7)
+    """``incview run`` on Spark answers CALL incview.create_view while a writer runs: the view
+    is populated by a Spark job and joins the engine's one streaming query (caught up first
+    with what was committed since its snapshot) without restarting it; the view already running
+    goes on; CALL drop_view takes the view out, and the query still serves the other."""
+    views = {name: STREAM_VIEWS[name] for name in ("order_totals", "big_orders")}
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as conn,
+        psycopg.connect(pg_dsn, autocommit=True) as writer_conn,
+    ):
+        work = Workload(writer_conn, 7)
         work.setup()
         with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
+            eng.create_view("order_totals", views["order_totals"])
             with running(eng) as run:
-                conn.execute("SET incview.command_timeout = 300")
-                conn.execute(
-                    "CALL incview.create_view(%s, %s)", ("big_orders", STREAM_VIEWS["big_orders"])
-                )
-                views = {"big_orders": STREAM_VIEWS["big_orders"]}
-                check(conn, views)  # populated when the CALL returns
+                deadline = time.monotonic() + 180
+                while eng._shared_stream is None or not eng._shared_stream.active:
+                    assert time.monotonic() < deadline and not run.failure, run.failure
+                    time.sleep(0.1)
+                query_id = eng._shared_stream.query.id
+                stop = threading.Event()
+
+                def write() -> None:
+                    while not stop.is_set():
+                        work.transaction(3)
+                        time.sleep(0.05)
+
+                writer = threading.Thread(target=write)
+                writer.start()
+                try:
+                    conn.execute("SET incview.command_timeout = 300")
+                    conn.execute(
+                        "CALL incview.create_view(%s, %s)", ("big_orders", views["big_orders"])
+                    )
+                    time.sleep(1.0)  # changes after the new view joined
+                finally:
+                    stop.set()
+                    writer.join()
+                deadline = time.monotonic() + 180
+                while any(diff_counts(conn, n, q) != (0, 0) for n, q in views.items()):
+                    assert time.monotonic() < deadline and not run.failure, run.failure
+                    time.sleep(0.5)
+                assert eng.views["big_orders"].stream.active  # a member of the running query
+                assert eng._shared_stream.query.id == query_id  # not restarted
+                assert [q.name for q in spark.streams.active] == ["incview"]  # one for both
+                conn.execute("CALL incview.drop_view('big_orders')")
+                assert conn.execute("SELECT to_regclass('big_orders')").fetchone() == (None,)
+                assert set(eng._shared_stream.members) == {"order_totals"}
                 for _ in range(5):
                     work.transaction(3)
                 deadline = time.monotonic() + 180
-                while diff_counts(conn, "big_orders", views["big_orders"]) != (0, 0):
+                while diff_counts(conn, "order_totals", views["order_totals"]) != (0, 0):
                     assert time.monotonic() < deadline and not run.failure, run.failure
                     time.sleep(0.5)
-                assert eng.views["big_orders"].stream is not None  # its streaming query
-                conn.execute("CALL incview.drop_view('big_orders')")
-                assert conn.execute("SELECT to_regclass('big_orders')").fetchone() == (None,)
-                assert conn.execute("SELECT count(*) FROM incview.views").fetchone() == (0,)
-            assert not [q for q in spark.streams.active if "big_orders" in (q.name or "")]
+                assert eng._shared_stream.query.id == query_id
+            assert not spark.streams.active  # run's end stopped the query
 
 
 def test_column_types_on_spark(spark, pg_dsn, tmp_path):
