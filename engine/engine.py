@@ -127,6 +127,7 @@ class Engine(
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self.conn = psycopg.connect(self.dsn, autocommit=True)
             self.sink_conn = psycopg.connect(self.dsn, autocommit=True)
+            self.stream_conn = self._stream_connection()
             self.catalog = ViewCatalog.open(self.conn)
             self.sources = PostgresCatalog(self.conn)
             self._open_views()
@@ -143,7 +144,11 @@ class Engine(
             undo += [opened[n].close for n in ("reader", "_advancer") if n in opened]
             if "_advance_catalog" in opened:
                 undo.append(self._advance_catalog.conn.close)
-            undo += [opened[n].close for n in ("conn", "sink_conn") if n in opened]
+            undo += [
+                opened[n].close
+                for n in ("conn", "sink_conn", "stream_conn")
+                if opened.get(n) is not None
+            ]
             if self.embedded is not None:
                 undo.append(self.embedded.release)
             for step in undo:
@@ -171,6 +176,8 @@ class Engine(
         self._advance_catalog.conn.close()
         self.conn.close()
         self.sink_conn.close()
+        if self.stream_conn is not None:
+            self.stream_conn.close()
         if self.embedded is not None:
             self.embedded.release()  # stops the server only if this Engine started it
 

@@ -91,7 +91,8 @@ class PopulationMixin:
                 final = max(time_, t + 1)
                 yield df.time_end(final).diffs
 
-            written = view.sink.populate(outputs(), lsn)
+            with view.population_sink() as sink:
+                written = sink.populate(outputs(), lsn)
             snap = reader.snapshot
         df = view.physical.dataflow
         view.save_snapshot(snap)

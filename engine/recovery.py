@@ -222,6 +222,7 @@ class RecoveryMixin:
         self._close_connections()
         self.conn = psycopg.connect(self.dsn, autocommit=True)
         self.sink_conn = psycopg.connect(self.dsn, autocommit=True)
+        self.stream_conn = self._stream_connection()
         self.catalog = ViewCatalog.open(self.conn)
         self.sources = PostgresCatalog(self.conn)
         self._open_views()
@@ -239,6 +240,8 @@ class RecoveryMixin:
         steps += [view.close for view in self.views.values()]
         steps += [self.reader.close, self._advancer.close, self._advance_catalog.conn.close]
         steps += [self.conn.close, self.sink_conn.close]
+        if self.stream_conn is not None:
+            steps.append(self.stream_conn.close)
         for step in steps:
             try:
                 step()

@@ -67,6 +67,15 @@ class SparkRunnerMixin:
             view.stream = shared.join(view)
         shared.start(min(v.state_time for v in todo))
 
+    def _stream_connection(self) -> psycopg.Connection | None:
+        """Runner spark: the connection every view's sink writes batches through. Only the
+        shared query's fan-out uses it (one batch, one view at a time, and a joining view's
+        catch-up under the same lock), so connections do not grow with the number of views;
+        population writes through a connection of its own (``ViewRuntime.population_sink``)."""
+        if self.runner != "spark":
+            return None
+        return psycopg.connect(self.dsn, autocommit=True)
+
     def _stop_shared_stream(self, only_if_idle: bool = False) -> None:
         """Stop the views' streaming query (``only_if_idle``: if no view is a member)."""
         shared = self._shared_stream

@@ -48,7 +48,7 @@ class ViewListingMixin:
             rows = None
             lag = None
             if view is not None:
-                rows = view.sink.row_count()
+                rows = view.sink.row_count(self.conn)  # (on Spark the sink's is the query's)
                 oldest = pending.get(record.name)
                 if oldest is None:
                     lag = 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from operator import itemgetter
 
@@ -63,18 +63,11 @@ class ViewRuntime:
                 plan.sources, self.physical.inputs, plan.source_views
             )
             self.expected.save(self.dir / SOURCES_FILE)
-        columns = list(zip(plan.output_names, plan.output_types, strict=True))
-        # Spark runs each view's batches on its own thread: each view gets its own connection
-        self._own_conn = (
-            psycopg.connect(engine.dsn, autocommit=True) if engine.runner == "spark" else None
-        )
-        self.sink = ResultSink(
-            self._own_conn or engine.sink_conn,
-            record.name,
-            record.result_schema,
-            record.result_table,
-            columns,
-        )
+        self._columns = list(zip(plan.output_names, plan.output_types, strict=True))
+        self._dsn = engine.dsn
+        # on Spark the views' batches run on the shared query's thread, through its connection
+        self._spark = engine.stream_conn is not None
+        self.sink = self._new_sink(engine.stream_conn or engine.sink_conn)
         # the LSN the result table reflects (ahead of state_time after a crash between the
         # sink's commit and the state's: the transactions up to it are then applied to the
         # state only)
@@ -150,6 +143,20 @@ class ViewRuntime:
             return DiffBatch.from_columns([batch.columns[i] for i in idx], batch.column_weights)
         return DiffBatch(list(map(pick, batch.rows)), list(batch.weights))
 
+    def _new_sink(self, conn: psycopg.Connection) -> ResultSink:
+        r = self.record
+        return ResultSink(conn, r.name, r.result_schema, r.result_table, self._columns)
+
+    @contextlib.contextmanager
+    def population_sink(self) -> Iterator[ResultSink]:
+        """The sink a population writes through: the view's own; on Spark, whose query thread
+        shares the views' sink connection meanwhile, one on a connection of its own."""
+        if not self._spark:
+            yield self.sink
+            return
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            yield self._new_sink(conn)
+
     def stop_stream(self) -> None:
         """Stop the view's streaming query, if one runs (runner spark)."""
         if self.stream is not None:
@@ -184,5 +191,3 @@ class ViewRuntime:
 
     def close(self) -> None:
         self.store.close()
-        if self._own_conn is not None:
-            self._own_conn.close()

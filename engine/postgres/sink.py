@@ -874,9 +874,14 @@ class ResultSink:
         with self.conn.cursor() as cur:
             return self._table_columns(cur, self._target) is not None
 
-    def row_count(self) -> int:
-        """The result table's row count (a full count, not an estimate)."""
-        row = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._target)).fetchone()
+    def row_count(self, conn: psycopg.Connection | None = None) -> int:
+        """The result table's row count (a full count, not an estimate), read through ``conn``
+        (default: the sink's)."""
+        row = (
+            (conn or self.conn)
+            .execute(sql.SQL("SELECT count(*) FROM {}").format(self._target))
+            .fetchone()
+        )
         assert row is not None
         return int(row[0])
 

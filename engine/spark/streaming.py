@@ -143,6 +143,7 @@ class SharedCdcStream:
         self.members: dict[str, StreamMember] = {}
         # held while a batch fans out and while a view joins or leaves
         self._lock = threading.RLock()
+        self._fanout_thread: int | None = None  # the thread fanning a batch out, meanwhile
 
     # -- membership ------------------------------------------------------------------------------
     def has(self, member: StreamMember) -> bool:
@@ -165,6 +166,16 @@ class SharedCdcStream:
         return member
 
     def leave(self, member: StreamMember) -> None:
+        """Take ``member`` out; the last one to leave stops the query (it holds the slot busy
+        while it peeks: the last view's drop drops the slot), unless it leaves from within a
+        batch (the query cannot wait for its own batch: the engine stops it later)."""
+        with self._lock:
+            self._remove(member)
+            idle = not self.members and threading.get_ident() != self._fanout_thread
+        if idle:
+            self.stop()
+
+    def _remove(self, member: StreamMember) -> None:
         with self._lock:
             if self.has(member):
                 del self.members[member.name]
@@ -192,14 +203,18 @@ class SharedCdcStream:
             return
         self.spilled_transactions += sum(tx.spilled is not None for tx in txs)
         with self._lock:
-            for member in list(self.members.values()):
-                try:
-                    self._apply(member.view, txs)
-                except Exception as e:  # out of the fan-out until the engine handles it
-                    member.error = e
-                    self.leave(member)
-                    continue
-                member.record(batch_id, txs, started)
+            self._fanout_thread = threading.get_ident()
+            try:
+                for member in list(self.members.values()):
+                    try:
+                        self._apply(member.view, txs)
+                    except Exception as e:  # out of the fan-out until the engine handles it
+                        member.error = e
+                        self._remove(member)
+                        continue
+                    member.record(batch_id, txs, started)
+            finally:
+                self._fanout_thread = None
 
     def _transactions(self, df) -> list[Transaction]:
         if self.max_buffered_changes > 0:
