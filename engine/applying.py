@@ -48,12 +48,12 @@ def buffered_changes_setting(value: int | None) -> int:
 class ApplyMixin:
     def spill_counts(self) -> dict[str, int]:
         """How often the memory bound made this engine spill: source transactions (and their
-        chunks) the CDC reader put on disk (on Spark: the streams' drivers), times whose output the views' sinks spilled, and
+        chunks) the CDC reader put on disk (on Spark: the shared query's reads), times whose output the views' sinks spilled, and
         compactions of buffered input in stateful collections."""
         views = list(self.views.values())
         return {
             "cdc_transactions": self.reader.spilled_transactions
-            + sum(v.stream.spilled_transactions for v in views if v.stream is not None),
+            + (self._shared_stream.spilled_transactions if self._shared_stream else 0),
             "cdc_chunks": self.reader.spilled_chunks,
             "sink_times": sum(v.physical.dataflow.sink_spills for v in views),
             "compactions": sum(v.physical.dataflow.compactions for v in views),

@@ -19,6 +19,8 @@ from engine.outage import is_outage
 from engine.postgres.cdc import CdcReader, Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
+CDC_READS_CONF = "spark.incview.cdcReads"
+
 
 class SparkRunnerMixin:
     @property
@@ -62,10 +64,22 @@ class SparkRunnerMixin:
             checkpoint=self.state_dir / "spark" / f"checkpoint-{os.getpid()}",
             trigger_ms=self.trigger_ms,
             max_buffered_changes=self.max_buffered_changes,
+            read_on_driver=self._cdc_reads_on_driver(),
         )
         for view in todo:
             view.stream = shared.join(view)
         shared.start(min(v.state_time for v in todo))
+
+    def _cdc_reads_on_driver(self) -> bool:
+        """Where micro-batches are read: Spark conf ``spark.incview.cdcReads`` = ``driver``,
+        ``executors``, or ``auto`` (default: the driver with a local master, whose tasks run on
+        the driver's machine anyway; executors on a cluster)."""
+        where = self.spark.conf.get(CDC_READS_CONF, "auto")
+        if where not in ("auto", "driver", "executors"):
+            raise ViewError(f"{CDC_READS_CONF} must be auto, driver or executors, not {where!r}")
+        if where == "auto":
+            return self.spark.sparkContext.master.startswith("local")
+        return where == "driver"
 
     def _stream_connection(self) -> psycopg.Connection | None:
         """Runner spark: the connection every view's sink writes batches through. Only the

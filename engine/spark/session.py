@@ -115,6 +115,15 @@ def default_conf(work_dir: Path) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         # one Python source process per streaming query: many start at once on a busy machine
         "spark.python.authenticate.socketTimeout": "120s",
+        # the streaming query's offset and commit logs, two small files a micro-batch, live on
+        # the driver's local disk and are dropped at every start (the views' states say where
+        # they are): written through the plain file system, without FileContext and .crc files
+        # (measured per batch: 41 + 47 ms -> 7.5 + 8 ms)
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing."
+            "FileSystemBasedCheckpointFileManager"
+        ),
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     }
 
 

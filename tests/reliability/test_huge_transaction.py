@@ -21,6 +21,7 @@ import pytest
 from engine import Engine, ViewError
 from engine.applying import buffered_changes_setting
 from engine.engine_names import MAX_BUFFERED_CHANGES, MAX_BUFFERED_CHANGES_ENV
+from engine.spark_runner import CDC_READS_CONF
 from tests.e2e.test_engine_oracle import diff_rows
 from tests.reliability.incview_process import incview_run
 
@@ -221,25 +222,31 @@ def test_a_huge_transaction_of_partitions_reaches_the_parents_views(pg_conn, pg_
 
 
 @pytest.mark.slow
-def test_huge_transactions_on_the_spark_runner(spark, pg_dsn, tmp_path):
-    """The same bound on the Spark runner: the CDC source's task spills the transaction as it
-    decodes it and ships it in chunks, the driver puts it on disk past the bound as the
-    micro-batch streams in (``toLocalIterator``), the views take it chunk by chunk as one time
-    and the sink spills its output."""
-    with (
-        psycopg.connect(pg_dsn, autocommit=True) as conn,
-        _engine_with_views(conn, pg_dsn, tmp_path, "spark") as eng,
-    ):
-        _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
-        eng.catch_up(timeout_s=300)
-        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-        spills = eng.spill_counts()
-        assert spills["cdc_transactions"] == len(VIEWS)  # one per view's stream
-        assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
-        with conn.transaction():
-            conn.execute("DELETE FROM big WHERE id % 2 = 0")
-            conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
-        eng.catch_up(timeout_s=300)
-        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-        assert eng.spill_counts()["cdc_transactions"] == 2 * len(VIEWS)
-        assert {s.phase for s in eng.list_views()} == {"running"}
+@pytest.mark.parametrize("reads", ["driver", "executors"])
+def test_huge_transactions_on_the_spark_runner(spark, pg_dsn, tmp_path, reads):
+    """The same bound on the Spark runner. Reads on the driver (a local master's default):
+    its reader spills the transaction as it decodes it. On executors: the CDC source's task
+    spills it and ships it in chunks, the driver puts it on disk past the bound as the
+    micro-batch streams in (``toLocalIterator``). Either way the views take it chunk by chunk
+    as one time and the sink spills its output; the one read serves every view."""
+    spark.conf.set(CDC_READS_CONF, reads)
+    try:
+        with (
+            psycopg.connect(pg_dsn, autocommit=True) as conn,
+            _engine_with_views(conn, pg_dsn, tmp_path, "spark") as eng,
+        ):
+            _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
+            eng.catch_up(timeout_s=300)
+            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+            spills = eng.spill_counts()
+            assert spills["cdc_transactions"] == 1  # read once for every view
+            assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
+            with conn.transaction():
+                conn.execute("DELETE FROM big WHERE id % 2 = 0")
+                conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
+            eng.catch_up(timeout_s=300)
+            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+            assert eng.spill_counts()["cdc_transactions"] == 2
+            assert {s.phase for s in eng.list_views()} == {"running"}
+    finally:
+        spark.conf.unset(CDC_READS_CONF)
