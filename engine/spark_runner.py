@@ -196,7 +196,7 @@ class SparkRunnerMixin:
                         f"catch_up did not reach LSN {target:X} within {timeout_s} s: call it "
                         "again (or with a larger timeout_s); the views keep what they applied"
                     )
-                time.sleep(0.02)
+                time.sleep(0.005)  # a few Python checks: a short poll keeps the wait short
             if all(self.views[n].writes == writes[n] for n in upstream):
                 self._slot_keeper.request()
                 return

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -971,10 +972,30 @@ class CdcReader:
         """Drop the slot and the publication (when no view needs them any more)."""
         conn = self.connection()
         if self.slot_exists():
+            self._end_slot_holder(conn)
             conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
         conn.execute(
             sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication))
         )
+
+    def _end_slot_holder(self, conn: psycopg.Connection, wait_s: float = 3.0) -> None:
+        """No view is left, but a backend may still hold the slot: a peek whose client went
+        away (a stopped streaming query's last ``latestOffset`` over a long backlog) decodes on
+        until the server notices. Wait ``wait_s`` for it, then end it (a peek consumes nothing);
+        the drop then raises only if the slot is still held after another ``wait_s``."""
+        query = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s"
+        for attempt in range(2):
+            deadline = time.monotonic() + wait_s
+            while True:
+                row = conn.execute(query, (self.slot,)).fetchone()
+                if row is None or row[0] is None:
+                    return
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if attempt == 0:
+                log.warning("ending backend %s, which still peeks slot %s", row[0], self.slot)
+                conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
 
     # -- snapshots for population ---------------------------------------------------------
     @contextlib.contextmanager
