@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from engine.postgres.embedded import free_port
 from incview_dagster import IncViewResource
 from incview_dagster.dev_server import group_alive
 
@@ -44,12 +44,6 @@ def _runner() -> str:
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class GraphQL:
@@ -153,7 +147,7 @@ def test_dagster_dev_populates_a_demo_view_through_graphql(pg_dsn, tmp_path):
         "INCVIEW_RUNNER": runner,
         "INCVIEW_DEMO_VIEWS": VIEW,
     }
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "dagster_dev.log"
     resource = IncViewResource(dsn=pg_dsn, state_dir=str(state_dir), runner=runner)
     with open(log, "wb") as out:
