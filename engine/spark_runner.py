@@ -1,8 +1,8 @@
 """``SparkRunnerMixin``: an ``Engine``'s views as Spark Structured Streaming queries.
 
 One streaming query per engine (``engine.spark.streaming``): each micro-batch is read once and
-fanned out to every running view through the same ``_apply_view`` as the local runner; ``catch_up`` waits for the queries to reach the WAL
-position of the call. Mixed into ``Engine``.
+fanned out to every running view through the same ``_apply_view`` as the local runner;
+``catch_up`` waits for the views to reach the WAL position of the call. Mixed into ``Engine``.
 """
 
 from __future__ import annotations

@@ -71,10 +71,6 @@ class StreamMember:
     def active(self) -> bool:
         return self.error is None and self.shared.active and self.shared.has(self)
 
-    @property
-    def initializing(self) -> bool:
-        return self.shared.initializing
-
     def failure(self) -> str | None:
         """Why the view stopped receiving batches (its apply failed, or the query died)."""
         if self.error is not None:
@@ -261,13 +257,6 @@ class SharedCdcStream:
             strict=True,
         )
         return transactions_from_rows(rows)
-
-    @property
-    def initializing(self) -> bool:
-        """Whether the query is still starting its source (its Python source process)."""
-        if not self.active or self.query.lastProgress is not None:
-            return False
-        return self.query.status.get("message") in ("Initializing sources", "Initializing")
 
     @property
     def active(self) -> bool:
