@@ -16,7 +16,7 @@ import psycopg
 from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
-from engine.postgres.cdc import CdcReader, Transaction, visible_in_snapshot
+from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
 CDC_READS_CONF = "spark.incview.cdcReads"
@@ -57,7 +57,6 @@ class SparkRunnerMixin:
         shared = self._shared_stream = SharedCdcStream(
             self.spark,
             self._apply_stream_batch,
-            self._catch_up_joining,
             dsn=self.dsn,
             slot=SLOT,
             publication=PUBLICATION,
@@ -96,21 +95,6 @@ class SparkRunnerMixin:
         if shared is not None and not (only_if_idle and shared.members):
             self._shared_stream = None
             shared.stop()
-
-    def _catch_up_joining(self, view: ViewRuntime) -> None:
-        """Bring ``view``, joining the running query, to the WAL's flushed end (past anything
-        the query fanned out), reading the slot on the driver."""
-        reader = CdcReader(
-            self.dsn, SLOT, PUBLICATION, max_buffered_changes=self.max_buffered_changes
-        )
-        try:
-            target = reader.flush_wal()
-            if view.state_time < target:
-                txs = reader.read_range(view.state_time, target)
-                if txs:
-                    self._apply_stream_batch(view, txs)
-        finally:
-            reader.close()
 
     def _apply_stream_batch(self, view: ViewRuntime, txs: list[Transaction]) -> None:
         """One micro-batch of ``view``'s streaming query (runs on a Spark callback thread)."""

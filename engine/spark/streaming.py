@@ -27,12 +27,13 @@ write SQL results itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,14 +107,12 @@ class StreamMember:
 
 class SharedCdcStream:
     """The Engine's one streaming query. ``apply(view, txs)`` must apply and commit ``txs`` to
-    ``view`` (skipping what it holds); ``catch_up(view)`` brings a joining view to the WAL's
-    flushed end on the driver."""
+    ``view`` (skipping what it holds)."""
 
     def __init__(
         self,
         spark,
         apply: Callable[[object, list[Transaction]], None],
-        catch_up: Callable[[object], None],
         *,
         dsn: str,
         slot: str,
@@ -126,7 +125,6 @@ class SharedCdcStream:
     ) -> None:
         self.spark = spark
         self._apply = apply
-        self._catch_up = catch_up
         self.options = {"dsn": dsn, "slot": slot, "publication": publication}
         # local master: the driver reads each batch's LSN range itself (``_read_on_driver``)
         self.read_on_driver = read_on_driver
@@ -219,6 +217,33 @@ class SharedCdcStream:
             finally:
                 self._fanout_thread = None
 
+    def _catch_up(self, view) -> None:
+        """Bring ``view``, joining the running query, to the WAL's flushed end (past anything
+        the query fanned out) with the driver's reader; the caller holds the fan-out's lock."""
+        with self._driver_reader() as reader:
+            target = reader.flush_wal()
+            txs = reader.read_range(view.state_time, target) if view.state_time < target else []
+        if txs:
+            self._apply(view, txs)
+
+    @contextlib.contextmanager
+    def _driver_reader(self) -> Iterator[CdcReader]:
+        """The driver's reader of the slot (batches read on the driver, joining views'
+        catch-ups; used under the fan-out's lock only), closed if a read fails."""
+        if self._reader is None:
+            self._reader = CdcReader(
+                self.options["dsn"],
+                self.options["slot"],
+                self.options["publication"],
+                max_buffered_changes=self.max_buffered_changes,
+            )
+        try:
+            yield self._reader
+        except BaseException:
+            self._reader.close()
+            self._reader = None
+            raise
+
     def _read_on_driver(self, batch_id: int) -> list[Transaction]:
         """The micro-batch's transactions read by the driver: the LSN range (start, end] the
         query logged for ``batch_id`` (its offset log, written before the batch runs) through
@@ -229,19 +254,8 @@ class SharedCdcStream:
         start = self._start_lsn if batch_id == 0 else _logged_lsn(self.checkpoint, batch_id - 1)
         if end <= start:
             return []
-        if self._reader is None:
-            self._reader = CdcReader(
-                self.options["dsn"],
-                self.options["slot"],
-                self.options["publication"],
-                max_buffered_changes=self.max_buffered_changes,
-            )
-        try:
-            return self._reader.read_range(start, end)
-        except BaseException:
-            self._reader.close()
-            self._reader = None
-            raise
+        with self._driver_reader() as reader:
+            return reader.read_range(start, end)
 
     def _transactions(self, df) -> list[Transaction]:
         if self.max_buffered_changes > 0:

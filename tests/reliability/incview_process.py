@@ -46,17 +46,11 @@ def incview_cli(
 
 
 @contextlib.contextmanager
-def incview_run(
-    dsn: str,
-    state: Path,
-    log: Path,
-    runner: str = "local",
-    prefix: tuple[str, ...] = (),
-    env: dict[str, str] | None = None,
-) -> Iterator[subprocess.Popen]:
-    """``python -m engine.cli ... run`` with its output in ``log``; killed on exit if alive."""
+def incview_run(dsn: str, state: Path, log: Path, **options) -> Iterator[subprocess.Popen]:
+    """``python -m engine.cli ... run`` with its output in ``log`` (``options``: those of
+    ``incview_cli``); killed on exit if alive."""
     log.write_text("")
-    proc = incview_cli(dsn, state, log, "run", runner=runner, prefix=prefix, env=env)
+    proc = incview_cli(dsn, state, log, "run", **options)
     try:
         yield proc
     finally:
