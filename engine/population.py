@@ -104,11 +104,12 @@ class PopulationMixin:
 
     def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
         """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
-        tasks sharing the exported snapshot, or in this process (runner local)."""
+        tasks sharing the exported snapshot (runner spark, reads on the executors), or in this
+        process (runner local, or Spark with ``spark.incview.populationReads`` on the driver)."""
         # Arrow only where columns reach a collection computing on them: turning Arrow into
         # tuples costs more than the row reader's own (a semi or outer join on top)
         df = view.physical.dataflow
-        if self.runner == "spark":
+        if self.runner == "spark" and not self._population_reads_on_driver():
             from engine.spark.population import read_sources
 
             yield from read_sources(

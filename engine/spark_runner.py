@@ -20,6 +20,7 @@ from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
 
 CDC_READS_CONF = "spark.incview.cdcReads"
+POPULATION_READS_CONF = "spark.incview.populationReads"
 
 
 class SparkRunnerMixin:
@@ -70,12 +71,20 @@ class SparkRunnerMixin:
         shared.start(min(v.state_time for v in todo))
 
     def _cdc_reads_on_driver(self) -> bool:
-        """Where micro-batches are read: Spark conf ``spark.incview.cdcReads`` = ``driver``,
-        ``executors``, or ``auto`` (default: the driver with a local master, whose tasks run on
-        the driver's machine anyway; executors on a cluster)."""
-        where = self.spark.conf.get(CDC_READS_CONF, "auto")
+        """Where micro-batches are read: Spark conf ``spark.incview.cdcReads``."""
+        return self._reads_on_driver(CDC_READS_CONF)
+
+    def _population_reads_on_driver(self) -> bool:
+        """Where population reads the snapshot: Spark conf ``spark.incview.populationReads``."""
+        return self._reads_on_driver(POPULATION_READS_CONF)
+
+    def _reads_on_driver(self, key: str) -> bool:
+        """Spark conf ``key`` = ``driver``, ``executors``, or ``auto`` (default: the driver with a
+        local master, whose tasks would run on the driver's machine and cores anyway, behind a
+        round trip through the JVM; executors on a cluster)."""
+        where = self.spark.conf.get(key, "auto")
         if where not in ("auto", "driver", "executors"):
-            raise ViewError(f"{CDC_READS_CONF} must be auto, driver or executors, not {where!r}")
+            raise ViewError(f"{key} must be auto, driver or executors, not {where!r}")
         if where == "auto":
             return self.spark.sparkContext.master.startswith("local")
         return where == "driver"

@@ -54,10 +54,16 @@ def pg_conn(pg_dsn):
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    """The test session's one local[2] SparkSession; Engine(runner="spark") reuses it."""
+    """The test session's one local[2] SparkSession; Engine(runner="spark") reuses it.
+    Population reads run as Spark tasks, as on a cluster (on a local master they would
+    otherwise be the local runner's reads, tested everywhere else)."""
     from engine.spark.session import get_spark
+    from engine.spark_runner import POPULATION_READS_CONF
 
-    session = get_spark({"spark.master": "local[2]"}, tmp_path_factory.mktemp("spark"))
+    session = get_spark(
+        {"spark.master": "local[2]", POPULATION_READS_CONF: "executors"},
+        tmp_path_factory.mktemp("spark"),
+    )
     yield session
     for query in session.streams.active:
         query.stop()

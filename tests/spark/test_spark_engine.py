@@ -135,6 +135,41 @@ def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_p
                 check(conn, {"totals_spark": sql, "totals_local": sql})
 
 
+def test_population_reads_on_the_driver_with_a_local_master(spark, pg_dsn, tmp_path, monkeypatch):
+    """``spark.incview.populationReads`` = auto on a local master: the snapshot is read in the
+    driver's process (no Spark job: the read is not even importable), then the view streams on
+    Spark like any other. A value other than auto/driver/executors is refused, named."""
+    import engine.spark.population as population
+    from engine.errors import ViewError
+    from engine.spark_runner import POPULATION_READS_CONF
+
+    def no_spark_job(*args, **kwargs):
+        raise AssertionError("population read by Spark tasks")
+
+    monkeypatch.setattr(population, "read_sources", no_spark_job)
+    sql = STREAM_VIEWS["order_totals"]
+    spark.conf.set(POPULATION_READS_CONF, "auto")
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            work = Workload(conn, 11)
+            work.setup()
+            with Engine(pg_dsn, tmp_path / "state", runner="spark") as eng:
+                eng.create_view("totals_driver", sql)
+                check(conn, {"totals_driver": sql})
+                for _ in range(5):
+                    work.transaction(10)
+                eng.catch_up(120)
+                check(conn, {"totals_driver": sql})
+                spark.conf.set(POPULATION_READS_CONF, "cluster")
+                with pytest.raises(ViewError, match="populationReads must be auto, driver or exec"):
+                    eng.create_view("refused", sql)
+                assert "refused" not in eng.views
+                assert conn.execute("SELECT to_regclass('refused')").fetchone()[0] is None
+                assert "refused" not in {v.name for v in eng.list_views()}
+    finally:
+        spark.conf.set(POPULATION_READS_CONF, "executors")
+
+
 def test_views_created_and_dropped_in_sql_on_spark(spark, pg_dsn, tmp_path):
     """``incview run`` on Spark answers CALL incview.create_view while a writer runs: the view
     is populated by a Spark job and joins the engine's one streaming query (caught up first
