@@ -135,12 +135,18 @@ def markdown(res: RunResult) -> str:
         f"- Peak RSS: engine process {res.peak_mb.get('engine', 0):,.0f} MB"
         + (
             f", Spark JVM {res.peak_mb.get('jvm', 0):,.0f} MB, other child processes "
-            f"{res.peak_mb.get('workers', 0):,.0f} MB"
+            f"{res.peak_mb.get('workers', 0):,.0f} MB (together "
+            f"{sum(res.peak_mb.get(k, 0) for k in ('engine', 'jvm', 'workers')):,.0f} MB)"
             if res.runner == "spark"
             else ""
         )
         + f". State on disk: {res.state_bytes / 2**20:,.1f} MB.",
     ]
+    if res.runner == "spark":
+        lines.append(
+            f"- SparkSession start: {res.spark_start_s:.1f} s, once per engine before the first "
+            "population (not in any view's populate time)."
+        )
     if res.refused:
         lines += ["", "Refused by the engine:", ""]
         lines += [f"- {v.view.label}: `{v.error}`" for v in res.refused]

@@ -6,11 +6,29 @@ RocksDB per view, committed atomically per time. ``engine.dataflow.testing`` hol
 (random writers, the recompute oracle) used by tests and benchmarks.
 """
 
-from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collection import Collection, StatefulCollection
-from engine.dataflow.graph import Dataflow, TimeOutput
-from engine.dataflow.messages import Diffs, TimeEnd
-from engine.dataflow.state.store import StateStore
+import importlib
+
+# where each public name lives: imported on first use (PEP 562), so that importing one light
+# module of the package (e.g. ``engine.dataflow.batch`` in a Spark planner worker) does not
+# load the whole dataflow (collections, kernels, pandas)
+_HOMES = {
+    "Collection": "engine.dataflow.collection",
+    "Dataflow": "engine.dataflow.graph",
+    "DiffBatch": "engine.dataflow.batch",
+    "Diffs": "engine.dataflow.messages",
+    "StateStore": "engine.dataflow.state.store",
+    "StatefulCollection": "engine.dataflow.collection",
+    "TimeEnd": "engine.dataflow.messages",
+    "TimeOutput": "engine.dataflow.graph",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "Collection",

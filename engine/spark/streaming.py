@@ -40,7 +40,8 @@ from pathlib import Path
 
 from engine.outage import is_outage, is_outage_text
 from engine.postgres.cdc import CdcReader, Transaction
-from engine.spark.cdc_source import NAME, transactions_from_rows
+from engine.spark.cdc_payloads import transactions_from_rows
+from engine.spark.cdc_source import NAME
 
 
 @dataclass(frozen=True)

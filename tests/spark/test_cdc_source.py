@@ -10,12 +10,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from engine.postgres.cdc import CdcReader
-from engine.spark.cdc_source import (
-    CHUNK_ROWS,
-    CdcStreamReader,
-    transaction_rows,
-    transactions_from_rows,
-)
+from engine.spark.cdc_payloads import CHUNK_ROWS, transaction_rows, transactions_from_rows
+from engine.spark.cdc_source import CdcStreamReader
 
 SLOT = "test_src"
 PUB = "test_src_pub"
