@@ -17,10 +17,8 @@ from engine.engine_names import ADVANCE_EVERY_S, PUBLICATION, SLOT
 from engine.errors import SourceChanged, ViewError
 from engine.outage import is_outage
 from engine.postgres.cdc import Transaction, visible_in_snapshot
+from engine.spark.session import CDC_READS_CONF, POPULATION_READS_CONF
 from engine.view_runtime import ViewRuntime
-
-CDC_READS_CONF = "spark.incview.cdcReads"
-POPULATION_READS_CONF = "spark.incview.populationReads"
 
 
 class SparkRunnerMixin:

@@ -89,6 +89,11 @@ def spark_work_dir(state_dir: str | Path | None = None) -> Path:
     return work
 
 
+# where micro-batches and population read (auto | driver | executors; engine.spark_runner)
+CDC_READS_CONF = "spark.incview.cdcReads"
+POPULATION_READS_CONF = "spark.incview.populationReads"
+
+
 def default_conf(work_dir: Path) -> dict[str, str]:
     cores = os.cpu_count() or 2
     log4j = work_dir / "log4j2.properties"
@@ -127,6 +132,24 @@ def default_conf(work_dir: Path) -> dict[str, str]:
     }
 
 
+def session_settings(work_dir: Path, conf: dict[str, str] | None) -> dict[str, str]:
+    """incview's defaults (``default_conf``) overridden by ``conf``, plus what follows from the
+    pair (a Python daemon only where tasks run Python)."""
+    settings = default_conf(work_dir)
+    settings.update(conf or {})
+    if settings["spark.master"].startswith("local") and "executors" not in (
+        settings.get(CDC_READS_CONF),
+        settings.get(POPULATION_READS_CONF),
+    ):
+        # Spark's Python planner workers (create and plan a data source) then exit after
+        # use instead of staying forked from a daemon per kind (~450 -> ~120 MB of Python
+        # beside a running query: only the streaming source's process stays). A local
+        # master reads population and micro-batches on the driver, so no task pays the
+        # start of a fresh Python process per task that workers without the daemon cost
+        settings.setdefault("spark.python.use.daemon", "false")
+    return settings
+
+
 def get_spark(conf: dict[str, str] | None = None, state_dir: str | Path | None = None):
     """The active SparkSession, or a new one built from incview's defaults plus ``conf``.
 
@@ -141,15 +164,7 @@ def get_spark(conf: dict[str, str] | None = None, state_dir: str | Path | None =
             _register(active)
             return active
         work = spark_work_dir(state_dir)
-        settings = default_conf(work)
-        settings.update(conf or {})
-        if settings["spark.master"].startswith("local"):
-            # Spark's Python planner workers (create and plan a data source) then exit after
-            # use instead of staying forked from a daemon per kind (~450 -> ~120 MB of Python
-            # beside a running query: only the streaming source's process stays); a local
-            # master reads population and micro-batches on the driver, so no task pays the
-            # slower start of a worker without the daemon
-            settings.setdefault("spark.python.use.daemon", "false")
+        settings = session_settings(work, conf)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         java_home = find_java_home(work)
         os.environ["JAVA_HOME"] = str(java_home)
