@@ -19,6 +19,7 @@ from engine.engine_names import (
     REPOPULATE_MARKER,
 )
 from engine.errors import ViewError
+from engine.free_memory import release_free_memory
 from engine.population_progress import PopulationProgress
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.waiting import waits_reported
@@ -100,6 +101,7 @@ class PopulationMixin:
         view.committed(final)
         self._replica_identity_full(view.result_name)
         self._record_errors(view, df.errors())  # populating -> running (or error)
+        release_free_memory()  # the population's batches are garbage now: give the pages back
         return written
 
     def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
