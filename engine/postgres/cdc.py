@@ -61,21 +61,13 @@ from engine.postgres.pgoutput import (
     quote_ident,
     replica_identity_fix,
 )
+from engine.postgres.slot_session import SlotSession
 from engine.postgres.source_tree import ancestors, descendants
 from engine.postgres.tx_spill import SpilledChanges
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 from engine.sql.types import SqlType
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
-SESSION_SETTINGS = {
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "TimeZone": "UTC",
-    "extra_float_digits": "1",
-    "bytea_output": "hex",
-    "synchronous_commit": "on",  # flush_wal() relies on our own commits being flushed
-}
-
 log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
@@ -274,7 +266,7 @@ def visible_in_snapshot(xid: int, snapshot: PgSnapshot) -> bool:
 # -- the reader --------------------------------------------------------------------------------
 
 
-class CdcReader:
+class CdcReader(SlotSession):
     """A logical slot + publication read as whole transactions.
 
     Example::
@@ -302,9 +294,7 @@ class CdcReader:
                 f"replication slot name {slot!r} is invalid: use 1-63 lower-case letters, "
                 "digits and underscores"
             )
-        self.conninfo = conninfo
-        self.slot = slot
-        self.publication = publication
+        super().__init__(conninfo, slot, publication)
         self.decoder = PgOutputDecoder(resolve=self._resolve_type)
         self._types: dict[int, SqlType] = {}
         # End LSN of the last transaction returned by poll(): later polls skip up to it.
@@ -312,7 +302,6 @@ class CdcReader:
         # whether the last poll() read to the end of the WAL flushed when it peeked (nothing
         # committed before that peek is left to poll)
         self.exhausted = False
-        self._conn: psycopg.Connection | None = None
         # how long a statement may wait on other sessions (engine.postgres.waiting)
         self.wait_s = wait_timeout_s
         self._ancestors: dict[int, list[str]] = {}  # relation oid -> ancestors_of(oid)
@@ -324,23 +313,6 @@ class CdcReader:
         # decode a peek's row changes column-wise (engine.postgres.columnar_assembly); False:
         # message by message with PgOutputDecoder (the reference the columnar path equals)
         self.columnar = columnar
-
-    # -- connection -----------------------------------------------------------------------
-    def connection(self) -> psycopg.Connection:
-        """The reader's own autocommit session, with the settings the value parsers need."""
-        if self._conn is None or self._conn.closed:
-            conn = psycopg.connect(self.conninfo, autocommit=True)
-            for name, value in SESSION_SETTINGS.items():
-                conn.execute(
-                    sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value))
-                )
-            self._conn = conn
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     def _resolve_type(self, type_oid: int) -> SqlType:
         """A column type that is not built in (an enum, a domain, an array of them), read from
@@ -592,35 +564,7 @@ class CdcReader:
             raise self._no_slot()
         return parse_lsn(row[0])
 
-    def _no_slot(self) -> ViewError:
-        return ViewError(
-            f"replication slot {self.slot} does not exist; call CdcReader.ensure(tables) (or "
-            "exported_snapshot()) to create it"
-        )
-
     # -- reading --------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def slot_lock(self) -> Iterator[psycopg.Connection]:
-        """The reader's connection inside a transaction holding the slot's advisory lock.
-
-        A logical slot serves one backend at a time (a second peek fails with "replication slot
-        ... is active"): every peek and advance of incview's slot, from any process (Spark tasks,
-        several streaming queries, the local runner), takes this lock first."""
-        conn = self.connection()
-        with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"incview.slot:{self.slot}",)
-            )
-            yield conn
-
-    def _peek_error(self, e: psycopg.errors.UndefinedObject) -> ViewError:
-        if "replication slot" in str(e):
-            return self._no_slot()
-        return ViewError(
-            f"reading slot {self.slot}: {e}; the publication {self.publication} must "
-            "exist before the slot's first change (call ensure() before creating the slot)"
-        )
-
     def peek(self, limit: int | None, upto_lsn: int | None = None) -> list[bytes]:
         """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
         a peek stops only between transactions, a little more; with ``upto_lsn``, only the
@@ -636,27 +580,6 @@ class CdcReader:
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
             return [r[0] for r in cur.fetchall()]
-
-    def commit_ends(self, limit: int) -> tuple[list[tuple[int, int]], int]:
-        """Where the transactions in the slot end, without shipping their rows: a peek of about
-        ``limit`` messages from the confirmed position, filtered in the server to the Commit
-        messages. Returns ([(end_lsn, messages up to and including that commit)], messages read);
-        fewer messages read than ``limit`` means the peek reached the end of the flushed WAL."""
-        with self.slot_lock() as conn, conn.cursor(binary=True) as cur:
-            try:
-                cur.execute(
-                    "SELECT n, total, substring(data from 11 for 8) FROM ("
-                    "SELECT row_number() OVER () AS n, count(*) OVER () AS total, data "
-                    "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
-                    "'proto_version', '1', 'publication_names', %s)) s "
-                    "WHERE get_byte(data, 0) = 67",
-                    (self.slot, limit, quote_ident(self.publication)),
-                )
-            except psycopg.errors.UndefinedObject as e:
-                raise self._peek_error(e) from e
-            rows = cur.fetchall()
-        ends = [(int.from_bytes(end, "big"), int(n)) for n, _total, end in rows]
-        return ends, int(rows[-1][1]) if rows else 0
 
     def read_range(self, start: int, end: int) -> list[Transaction]:
         """The whole transactions whose end LSN lies in (``start``, ``end``], oldest first: the
@@ -953,19 +876,6 @@ class CdcReader:
             ).fetchone()
         assert row is not None
         self.last_lsn = max(self.last_lsn, target)
-        return parse_lsn(row[0])
-
-    def flush_wal(self) -> int:
-        """Flush the WAL so every transaction committed before this call is visible to the
-        next ``poll()`` (peek reads only flushed WAL; with ``synchronous_commit = off`` commits
-        can sit unflushed for a while). Costs one xid. Returns the flushed LSN."""
-        conn = self.connection()
-        # A transaction that wrote WAL commits synchronously (flushing all WAL before it); a
-        # transactional logical message is the smallest such write, and pgoutput ignores it
-        # (no 'messages' option) and skips the then empty transaction.
-        conn.execute("SELECT pg_logical_emit_message(true, 'incview.flush', '')")
-        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-        assert row is not None
         return parse_lsn(row[0])
 
     def drop(self) -> None:

@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import (
 
 if TYPE_CHECKING:  # imported where used: Spark's planner workers only create and plan this
     from engine.postgres.cdc import CdcReader
+    from engine.postgres.slot_session import SlotSession
 
 NAME = "incview_cdc"
 SCHEMA = "end_lsn long, seq int, payload binary"
@@ -56,15 +57,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_buffered_changes = int(options.get("max_buffered_changes", "0"))
         tables = options.get("tables")
         self.tables = set(tables.split(",")) if tables else None
-        self._reader: CdcReader | None = None
+        self._session: SlotSession | None = None  # the offset work's: no decoding, few imports
         self._available_now: int | None = None
 
-    def _cdc(self) -> CdcReader:
-        if self._reader is None:
-            from engine.postgres.cdc import CdcReader
+    def _slot(self) -> SlotSession:
+        if self._session is None:
+            from engine.postgres.slot_session import SlotSession
 
-            self._reader = CdcReader(self.dsn, self.slot, self.publication)
-        return self._reader
+            self._session = SlotSession(self.dsn, self.slot, self.publication)
+        return self._session
 
     def initialOffset(self) -> dict:
         return {"lsn": self.start_lsn}
@@ -73,7 +74,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = self._cdc().flush_wal()
+        self._available_now = self._slot().flush_wal()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["lsn"])
@@ -82,7 +83,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_rows = limit.max_rows
         peek_rows = max(max_rows or 0, 10_000)
         while True:
-            ends, read = self._cdc().commit_ends(peek_rows if max_rows else None)
+            ends, read = self._slot().commit_ends(peek_rows if max_rows else None)
             before = [n for end, n in ends if end <= begin]
             after = [(end, n) for end, n in ends if end > begin]
             if self._available_now is not None:
@@ -124,9 +125,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing: the driver advances the slot once every view committed (see Engine)."""
 
     def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
 
 class CdcDataSource(DataSource):

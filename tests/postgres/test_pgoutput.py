@@ -14,7 +14,7 @@ import pytest
 from engine.errors import ViewError
 from engine.pg_interval import PgInterval, interval_text
 from engine.postgres import values
-from engine.postgres.cdc import SESSION_SETTINGS, CdcReader
+from engine.postgres.cdc import CdcReader
 from engine.postgres.pgoutput import (
     Begin,
     Commit,
@@ -28,6 +28,7 @@ from engine.postgres.pgoutput import (
     format_lsn,
     parse_lsn,
 )
+from engine.postgres.slot_session import SESSION_SETTINGS
 from engine.sql import types as sqltypes
 
 
