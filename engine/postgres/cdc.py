@@ -67,7 +67,6 @@ from engine.postgres.tx_spill import SpilledChanges
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 from engine.sql.types import SqlType
 
-# Session settings the text-format value parsers rely on (engine.postgres.values).
 log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")

@@ -19,6 +19,7 @@ from psycopg import sql
 from engine.errors import ViewError
 from engine.postgres.pgoutput import parse_lsn, quote_ident
 
+# Session settings the text-format value parsers rely on (engine.postgres.values).
 SESSION_SETTINGS = {
     "DateStyle": "ISO, MDY",
     "IntervalStyle": "postgres",
