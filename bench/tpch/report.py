@@ -145,7 +145,8 @@ def markdown(res: RunResult) -> str:
     if res.runner == "spark":
         lines.append(
             f"- SparkSession start: {res.spark_start_s:.1f} s, once per engine before the first "
-            "population (not in any view's populate time)."
+            "population (not in any view's populate time); the streaming query's start and "
+            f"first batch (a no-op UPDATE): {res.spark_first_batch_s:.1f} s, before the streams."
         )
     if res.refused:
         lines += ["", "Refused by the engine:", ""]
