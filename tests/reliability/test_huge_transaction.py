@@ -37,6 +37,13 @@ def _equal(conn: psycopg.Connection) -> dict[str, tuple[int, int]]:
     return {name: diff_rows(conn, name, sql) for name, sql in VIEWS.items()}
 
 
+def _applied(conn: psycopg.Connection, eng: Engine) -> dict[str, int]:
+    """Catch ``eng`` up, check that every view equals its query; the engine's spill counters."""
+    eng.catch_up(timeout_s=300)
+    assert _equal(conn) == {name: (0, 0) for name in VIEWS}
+    return eng.spill_counts()
+
+
 def _insert(conn: psycopg.Connection, start: int, end: int) -> None:
     conn.execute(
         "INSERT INTO big (id, grp, amount, note) SELECT i, i %% 50, (i %% 997) * 1.25, "
@@ -63,9 +70,7 @@ def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
         _engine_with_views(conn, pg_dsn, tmp_path, "local") as eng,
     ):
         _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
-        eng.catch_up(timeout_s=300)
-        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-        spills = eng.spill_counts()
+        spills = _applied(conn, eng)
         assert spills["cdc_transactions"] == 1
         assert spills["cdc_chunks"] >= (ROWS - 100) // BOUND - 1
         assert spills["sink_times"] == 1  # the projection's 50k output rows
@@ -75,9 +80,7 @@ def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
             conn.execute("DELETE FROM big WHERE id % 2 = 0")
             conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
             conn.execute("UPDATE big SET amount = amount - 1 WHERE id % 9 = 0")
-        eng.catch_up(timeout_s=300)
-        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-        assert eng.spill_counts()["cdc_transactions"] == 2
+        assert _applied(conn, eng)["cdc_transactions"] == 2
         assert eng.spill_counts()["sink_times"] == 2
 
         # the table's shape changes half-way through a huge transaction: rows spilled
@@ -87,9 +90,7 @@ def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
             conn.execute("ALTER TABLE big ADD COLUMN extra int")
             conn.execute("UPDATE big SET extra = 1, grp = grp + 1 WHERE id > %s", (ROWS,))
             _insert(conn, ROWS + 10_001, ROWS + 20_000)
-        eng.catch_up(timeout_s=300)
-        assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-        assert eng.spill_counts()["cdc_transactions"] == 3
+        assert _applied(conn, eng)["cdc_transactions"] == 3
         assert {s.phase for s in eng.list_views()} == {"running"}
 
 
@@ -236,17 +237,13 @@ def test_huge_transactions_on_the_spark_runner(spark, pg_dsn, tmp_path, reads):
             _engine_with_views(conn, pg_dsn, tmp_path, "spark") as eng,
         ):
             _insert(conn, 101, ROWS)  # one transaction of ~50k inserts
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            spills = eng.spill_counts()
+            spills = _applied(conn, eng)
             assert spills["cdc_transactions"] == 1  # read once for every view
             assert spills["sink_times"] >= 1 and spills["compactions"] >= 1
             with conn.transaction():
                 conn.execute("DELETE FROM big WHERE id % 2 = 0")
                 conn.execute("UPDATE big SET amount = amount + 1 WHERE id % 3 = 0")
-            eng.catch_up(timeout_s=300)
-            assert _equal(conn) == {name: (0, 0) for name in VIEWS}
-            assert eng.spill_counts()["cdc_transactions"] == 2
+            assert _applied(conn, eng)["cdc_transactions"] == 2
             assert {s.phase for s in eng.list_views()} == {"running"}
     finally:
         spark.conf.unset(CDC_READS_CONF)
