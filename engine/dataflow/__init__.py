@@ -30,13 +30,4 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(home), name)
 
 
-__all__ = [
-    "Collection",
-    "Dataflow",
-    "DiffBatch",
-    "Diffs",
-    "StateStore",
-    "StatefulCollection",
-    "TimeEnd",
-    "TimeOutput",
-]
+__all__ = sorted(_HOMES)
