@@ -130,6 +130,10 @@ class SharedCdcStream:
         # local master: the driver reads each batch's LSN range itself (``_read_on_driver``)
         self.read_on_driver = read_on_driver
         self._reader: CdcReader | None = None
+        # one user of the driver's reader at a time: a batch's read (outside the fan-out's
+        # lock) and a joining view's catch-up (inside it) share one connection, one named
+        # server-side cursor and the reader's position
+        self._reader_lock = threading.Lock()
         self._start_lsn = 0
         if max_rows is not None:
             self.options["max_rows"] = str(max_rows)
@@ -230,20 +234,21 @@ class SharedCdcStream:
     @contextlib.contextmanager
     def _driver_reader(self) -> Iterator[CdcReader]:
         """The driver's reader of the slot (batches read on the driver, joining views'
-        catch-ups; used under the fan-out's lock only), closed if a read fails."""
-        if self._reader is None:
-            self._reader = CdcReader(
-                self.options["dsn"],
-                self.options["slot"],
-                self.options["publication"],
-                max_buffered_changes=self.max_buffered_changes,
-            )
-        try:
-            yield self._reader
-        except BaseException:
-            self._reader.close()
-            self._reader = None
-            raise
+        catch-ups), held by one caller at a time and closed if a read fails."""
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = CdcReader(
+                    self.options["dsn"],
+                    self.options["slot"],
+                    self.options["publication"],
+                    max_buffered_changes=self.max_buffered_changes,
+                )
+            try:
+                yield self._reader
+            except BaseException:
+                self._reader.close()
+                self._reader = None
+                raise
 
     def _read_on_driver(self, batch_id: int) -> list[Transaction]:
         """The micro-batch's transactions read by the driver: the LSN range (start, end] the
@@ -293,9 +298,10 @@ class SharedCdcStream:
                 with self._lock:
                     pass
         shutil.rmtree(self.checkpoint, ignore_errors=True)
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
 
 def _logged_lsn(checkpoint: Path, batch_id: int) -> int:
