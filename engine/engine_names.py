@@ -17,10 +17,12 @@ POLL_CHANGES = 100_000
 # Engine(max_buffered_changes=...) or this environment variable; 0: no bound
 MAX_BUFFERED_CHANGES = 100_000
 MAX_BUFFERED_CHANGES_ENV = "INCVIEW_MAX_BUFFERED_CHANGES"
-# source rows per population time (bounds memory). Measured at TPC-H SF 0.1 (2026-11-26): 50k
-# rows cut Q18's population peak from +294 to +174 MB but made all 11 views' population ~15%
-# slower (groups touched by many chunks are read, rewritten and retracted in the sink per chunk)
-POPULATION_CHUNK = 200_000
+# source rows per population time (bounds memory). Measured at TPC-H SF 0.1 (2026-11-26), all
+# 11 views: 200k -> 100k rows cut the engine's peak RSS (Q18's population) 958/963 -> 896/889 MB
+# at the same population time (19.1/19.3 vs 23.4/18.3 s, noise); 50k rows cut more but made
+# population ~15% slower (groups touched by many chunks are read, rewritten and retracted in the
+# sink per chunk)
+POPULATION_CHUNK = 100_000
 ADVANCE_EVERY_S = 0.5  # Spark: the slot advances at most this often
 REPOPULATE_MARKER = "repopulating"  # file in a view's dir while it is re-populated
 SOURCES_FILE = "sources.json"  # the columns of its sources a view reads (engine.source_schema)

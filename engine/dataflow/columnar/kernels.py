@@ -272,15 +272,35 @@ def combine_hashes(h: np.ndarray, x: np.ndarray) -> np.ndarray:
     return mix64(h * _GOLDEN + mix64(x))
 
 
+_HASH_BLOCK_BYTES = 1 << 20  # string bytes hashed at a time: ~40 bytes of temporaries each
+
+
 def string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """A deterministic uint64 hash of each byte string ``data[offsets[i]:offsets[i+1]]``
-    (``data``: uint8, ``offsets``: n+1 int64), computed in numpy (cost ~ the bytes).
+    (``data``: uint8, ``offsets``: n+1 int64), computed in numpy (cost ~ the bytes), in blocks
+    of rows of about ``_HASH_BLOCK_BYTES`` so the temporaries stay bounded (a population chunk
+    of 200k rows with a text column made ~80 MB of them at once).
 
     >>> o = np.array([0, 2, 2, 4]); d = np.frombuffer(b"abab", np.uint8)
     >>> h = string_hashes(d, o); bool(h[0] == h[2]), bool(h[0] != h[1])
     (True, True)
     """
     offsets = np.asarray(offsets, dtype=np.int64)
+    n = len(offsets) - 1
+    if n <= 0 or int(offsets[-1] - offsets[0]) <= _HASH_BLOCK_BYTES:
+        return _block_string_hashes(data, offsets)
+    out = np.empty(n, dtype=np.uint64)
+    i = 0
+    while i < n:
+        # rows i..j-1: as many as fit in the block, at least one (a longer string alone)
+        j = int(np.searchsorted(offsets, offsets[i] + _HASH_BLOCK_BYTES, side="right")) - 1
+        j = min(max(j, i + 1), n)
+        out[i:j] = _block_string_hashes(data, offsets[i : j + 1])
+        i = j
+    return out
+
+
+def _block_string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     lengths = np.diff(offsets)
     n = len(lengths)
     out = lengths.astype(np.uint64) * _GOLDEN

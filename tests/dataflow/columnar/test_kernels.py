@@ -166,3 +166,23 @@ def test_hashed_group_index_equals_the_exact_one(seed, monkeypatch):
     assert hash_groups.hash_group_index(cols) is None  # every row "collides"
     ids2, first2 = K.group_index(cols)
     assert ids2.tolist() == want_ids.tolist() and first2.tolist() == want_first.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_string_hashes_in_blocks_equal_one_pass(seed, monkeypatch):
+    """Hashing a long string column a block of rows at a time (bounded temporaries) gives the
+    very hashes of one pass over all its bytes: strings shorter and longer than a block, empty
+    strings, and a column sliced (offsets not starting at 0)."""
+    rng = random.Random(seed)
+    texts = [
+        "".join(rng.choice("abcé\x00") for _ in range(rng.choice([0, 1, 5, 40, 300])))
+        for _ in range(3000)
+    ]
+    arr = pa.array(texts, pa.large_string()).slice(7)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], np.uint8)
+    whole = K.string_hashes(data, offsets)
+    monkeypatch.setattr(K, "_HASH_BLOCK_BYTES", 100)  # many blocks, some strings longer
+    blocked = K.string_hashes(data, offsets)
+    assert blocked.tolist() == whole.tolist()
+    assert len(set(whole.tolist())) == len(set(texts[7:]))  # distinct strings, distinct hashes
