@@ -94,7 +94,7 @@ CDC_READS_CONF = "spark.incview.cdcReads"
 POPULATION_READS_CONF = "spark.incview.populationReads"
 
 
-# a heap that starts small and gives back what a collection freed (the JVM's default starts at
+# the driver's heap starts small and gives back what a collection freed (the JVM's default starts at
 # 1/64 of the machine's memory and keeps it): beside the 11 TPC-H SF 0.1 views the driver JVM
 # measured 434-455 -> 334-347 MB RSS; the views' apply times moved less than the machine's noise
 # in A/B runs of the same hour (docs/spark.md, Memory)
@@ -108,7 +108,7 @@ def default_conf(work_dir: Path) -> dict[str, str]:
         log4j.write_text(_LOG4J)
     java_opts = (
         f"-Xss16m -Djava.io.tmpdir={work_dir / 'tmp'} "
-        f"-Dlog4j2.configurationFile=file:{log4j} -XX:+UseSerialGC {_HEAP_OPTS}"
+        f"-Dlog4j2.configurationFile=file:{log4j} -XX:+UseSerialGC"
     )
     (work_dir / "tmp").mkdir(exist_ok=True)
     return {
@@ -120,7 +120,8 @@ def default_conf(work_dir: Path) -> dict[str, str]:
         "spark.driver.host": "127.0.0.1",
         "spark.sql.shuffle.partitions": str(cores),
         "spark.local.dir": str(work_dir / "local"),
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": f"{java_opts} {_HEAP_OPTS}",
+        # executors keep the default heap: on a cluster they read and hold the data
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopTimeout": "60000",

@@ -26,3 +26,14 @@ def test_python_daemon_only_where_tasks_run_python(tmp_path, conf, daemon):
     assert settings.get(DAEMON) == daemon
     assert settings["spark.master"] == conf["spark.master"]
     assert settings["spark.ui.enabled"] == "false"  # incview's defaults stay under the conf
+
+
+def test_only_the_driver_gets_the_small_heap(tmp_path):
+    """The driver JVM (with reads on the driver, no data lives in it) starts its heap small and
+    gives freed memory back; executors, which read and hold data on a cluster, keep Spark's."""
+    settings = session_settings(tmp_path, {"spark.master": "spark://127.0.0.1:7077"})
+    driver = settings["spark.driver.extraJavaOptions"].split()
+    executor = settings["spark.executor.extraJavaOptions"].split()
+    assert "-Xms16m" in driver and "-XX:MaxHeapFreeRatio=20" in driver
+    assert not any(o.startswith(("-Xms", "-XX:MaxHeapFreeRatio")) for o in executor)
+    assert "-XX:+UseSerialGC" in driver and "-XX:+UseSerialGC" in executor
