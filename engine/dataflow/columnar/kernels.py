@@ -287,9 +287,7 @@ def string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n = len(offsets) - 1
-    if n <= 0 or int(offsets[-1] - offsets[0]) <= _HASH_BLOCK_BYTES:
-        return _block_string_hashes(data, offsets)
-    out = np.empty(n, dtype=np.uint64)
+    out = np.empty(max(n, 0), dtype=np.uint64)
     i = 0
     while i < n:
         # rows i..j-1: as many as fit in the block, at least one (a longer string alone)
