@@ -67,6 +67,19 @@ def _within(needed: Needed, fields: tuple[Field, ...]) -> Needed:
     return needed & keys
 
 
+def _narrow(plan: LogicalPlan, needed: Needed) -> LogicalPlan:
+    """``plan`` under a Project of the needed fields when it outputs more (a Filter passes on
+    the columns only its predicate read: they would ride along into a join's or top-k's state)."""
+    fields = plan.fields
+    keys = [key(f) for f in fields]
+    if needed is None or len(set(keys)) != len(keys):
+        return plan
+    keep = tuple(f for f, k in zip(fields, keys, strict=True) if k in needed) or fields[:1]
+    if len(keep) == len(fields):
+        return plan
+    return lp.Project(plan, tuple(f.ref() for f in keep), keep)
+
+
 class _Prune:
     def __init__(self, plan: LogicalPlan) -> None:
         self.parents = parent_counts(plan)
@@ -108,7 +121,7 @@ class _Prune:
     # -- stateless -------------------------------------------------------------------------------
     def p_Filter(self, node: lp.Filter, needed: Needed) -> LogicalPlan:
         need_in = _union(needed, columns_of([node.predicate], node.input.fields))
-        return replace(node, input=self.prune(node.input, need_in))
+        return _narrow(replace(node, input=self.prune(node.input, need_in)), needed)
 
     def p_Project(self, node: lp.Project, needed: Needed) -> LogicalPlan:
         if needed is None:
