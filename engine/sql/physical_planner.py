@@ -26,6 +26,7 @@ from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollec
 from engine.dataflow.collections.columnar_distinct import supports as supports_columnar_distinct
 from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollection
 from engine.dataflow.collections.columnar_join import supports as supports_columnar_join
+from engine.dataflow.collections.columnar_outer_join import ColumnarOuterJoinCollection
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.collections.columnar_top_k import ColumnarTopKCollection
@@ -202,6 +203,24 @@ def _inner_join(
     return InnerJoinCollection(lpos, rpos, residual, desc)
 
 
+def _outer_join(
+    plan: lp.Join,
+    lpos: list[int],
+    rpos: list[int],
+    widths: tuple[int, int],
+    computed_keys: int,
+    residual: BatchFn | None,
+    desc: str,
+) -> OuterJoinCollection | ColumnarOuterJoinCollection:
+    """The columnar outer join where the inner one would be columnar and no residual makes a
+    match depend on the pair, else the row one."""
+    if not computed_keys and residual is None:
+        lt, rt = value_arrow_types(plan.left), value_arrow_types(plan.right)
+        if supports_columnar_join(lt, rt, lpos, rpos):
+            return ColumnarOuterJoinCollection(plan.kind, lpos, rpos, lt, rt, desc)
+    return OuterJoinCollection(plan.kind, lpos, rpos, *widths, residual, desc)
+
+
 class _PhysicalPlanner:
     def __init__(self, store: StateStore | None) -> None:
         self.df = Dataflow(store)
@@ -373,7 +392,9 @@ class _PhysicalPlanner:
             node = self.df.add(CrossJoinCollection(residual, desc), left, right)
         elif kind in ("left", "right", "full"):
             node = self.df.add(
-                OuterJoinCollection(kind, lpos, rpos, lwidth, rwidth, residual, desc), left, right
+                _outer_join(plan, lpos, rpos, (lwidth, rwidth), lext or rext, residual, desc),
+                left,
+                right,
             )
         elif kind == "semi":
             node = self.df.add(SemiJoinCollection(lpos, rpos, residual, desc), left, right)

@@ -207,9 +207,13 @@ def test_explain_says_which_expressions_run_per_row(sql, needles, catalog):
          "o.customer_id)", {"public.orders": True, "public.customers": True}),
         # a projection straight to the sink: the sink COPYs columns
         ("SELECT id, amount FROM orders", {"public.orders": True}),
-        # an outer join (row path) below a columnar GROUP BY
+        # an outer join on keys alone: columnar
         ("SELECT c.region, count(o.id) AS n FROM customers c LEFT JOIN orders o "
          "ON o.customer_id = c.id GROUP BY c.region",
+         {"public.orders": True, "public.customers": True}),
+        # an outer join with a residual over both sides (row path)
+        ("SELECT c.region, count(o.id) AS n FROM customers c LEFT JOIN orders o "
+         "ON o.customer_id = c.id AND o.amount > c.id GROUP BY c.region",
          {"public.orders": False, "public.customers": False}),
     ],
 )  # fmt: skip

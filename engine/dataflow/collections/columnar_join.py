@@ -98,7 +98,22 @@ def supports(
     )
 
 
-class _Side:
+class Unkeyed:
+    """The rows ``at`` of a delta's columns (numeric NaN masks, weights): its rows with a NULL in
+    a key column, which never match."""
+
+    __slots__ = ("columns", "nans", "weights")
+
+    def __init__(
+        self, columns: list[pa.Array], nans: list[np.ndarray | None], weights: np.ndarray, at
+    ) -> None:
+        sel = pa.array(at)
+        self.columns = [c.take(sel) for c in columns]
+        self.nans = {i: m[at] for i, m in enumerate(nans) if m is not None and m[at].any()}
+        self.weights = weights[at]
+
+
+class Side:
     """One side's distinct rows around a time: representatives and old/delta/new weights."""
 
     __slots__ = ("rows", "kid", "old", "delta", "new")
@@ -140,7 +155,12 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         super().open(store)
         self.entries = EntryCache(self.table, self.cache_bytes)
         hot = store.table(f"{self.name}.hot", self.tuning)  # type: ignore[union-attr]
-        self.hot = HotKeys(hot, self.codecs, self.left_key, self.right_key, self.residual)
+        self.hot = HotKeys(
+            hot, self.codecs, self.left_key, self.right_key, self.residual, *self.padded_sides
+        )
+
+    #: whether the output pads unmatched left rows, and unmatched right rows (an outer join's)
+    padded_sides: tuple[bool, bool] = (False, False)
 
     def describe(self) -> str:
         return describe_join(
@@ -158,11 +178,12 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
         lc, rc = self.codecs
-        lrows, lkeys = self._delta(deltas[0], lc, self.left_key)
-        rrows, rkeys = self._delta(deltas[1], rc, self.right_key)
+        lrows, lkeys, lnulls = self._delta(deltas[0], lc, self.left_key)
+        rrows, rkeys, rnulls = self._delta(deltas[1], rc, self.right_key)
+        parts = self._null_keys(lnulls, rnulls)
         nl = len(lrows)
         if not nl and not len(rrows):
-            return DiffBatch()
+            return DiffBatch.concat(parts)
         keycols = [pa.concat_arrays([a, b]) for a, b in zip(lkeys, rkeys, strict=True)]
         ids, first = K.group_index(keycols)
         sel = pa.array(first)
@@ -177,26 +198,39 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         hot = np.fromiter((v == HOT for v in raws), bool, nk)
         present = np.fromiter((v is not None for v in raws), bool, nk) & ~hot
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
-        hot_out = None
         if hot.any():  # the changes to hot keys go the row join's way
             lh, rh = hot[lkid], hot[rkid]
-            hot_out = self.hot.pairs(lrows.take(np.flatnonzero(lh)), rrows.take(np.flatnonzero(rh)))
+            parts.append(
+                self._hot_step(lrows.take(np.flatnonzero(lh)), rrows.take(np.flatnonzero(rh)))
+            )
             lrows, lkid = lrows.take(np.flatnonzero(~lh)), lkid[~lh]
             rrows, rkid = rrows.take(np.flatnonzero(~rh)), rkid[~rh]
         at = np.flatnonzero(present)
         sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
         left = _merge(lc, sl, at[sle], lrows, lkid)
         right = _merge(rc, sr, at[sre], rrows, rkid)
-        out = self._pairs(left, right, nk)
+        parts[:0] = [self._pairs(left, right, nk), *self._unmatched(left, right, nk)]
         self._stage(heads, present, left, right, nk)
-        if hot_out is None:
-            return out
-        pairs, errs = hot_out
+        return DiffBatch.concat(parts)
+
+    # -- what an outer join adds (``ColumnarOuterJoinCollection``) ----------------------------------
+    def _null_keys(self, left: Unkeyed | None, right: Unkeyed | None) -> list[DiffBatch]:
+        """The output of the delta rows with a NULL key (an inner join has none)."""
+        return []
+
+    def _unmatched(self, left: Side, right: Side, nk: int) -> list[DiffBatch]:
+        """The change of the rows without a match (an inner join outputs none)."""
+        return []
+
+    def _hot_step(self, left: Rows, right: Rows) -> DiffBatch:
+        """The output of the changes to hot keys (weights in the records)."""
+        pairs, errs = self.hot.pairs(left, right)
         self.report_errors(errs)
-        return DiffBatch.concat([out, pairs])
+        return pairs
 
     def _delta(self, batch: DiffBatch, codec: RowCodec, key: tuple[int, ...]):
-        """The batch's rows with a NULL-free key as records, and their normalized key columns."""
+        """The batch's rows with a NULL-free key as records, their normalized key columns, and
+        the rows with a NULL key (None when there is none)."""
         columns, nans = codec_columns(batch, codec.types)
         weights = batch.column_weights
         valid = None
@@ -207,7 +241,9 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
                 if nans[i] is not None:
                     ok |= nans[i]
                 valid = ok if valid is None else valid & ok
+        nulls = None
         if valid is not None and not valid.all():
+            nulls = Unkeyed(columns, nans, weights, np.flatnonzero(~valid))
             idx = np.flatnonzero(valid)
             sel = pa.array(idx)
             columns = [c.take(sel) for c in columns]
@@ -216,9 +252,9 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         rows = codec.encode(columns, nans, weights)
         # NULL keys are gone: a NULL left in a key column is a numeric NaN (equal to NaN)
         keys = [columns[i].cast(t) for i, t in zip(key, self.key_types, strict=True)]
-        return rows, keys
+        return rows, keys, nulls
 
-    def _pairs(self, left: _Side, right: _Side, nk: int) -> DiffBatch:
+    def _pairs(self, left: Side, right: Side, nk: int) -> DiffBatch:
         """``ΔA⋈B' + A⋈ΔB`` of the time as a columnar batch (as rows when a numeric NaN is in it)."""
         parts = []
         for a, aw, b, bw in (
@@ -255,7 +291,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         return DiffBatch.from_columns([c.take(sel) for c in columns], w[keep])
 
     def _stage(
-        self, heads: list[bytes], present: np.ndarray, left: _Side, right: _Side, nk: int
+        self, heads: list[bytes], present: np.ndarray, left: Side, right: Side, nk: int
     ) -> None:
         """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys);
         keys that grow past ``hot_rows`` rows move to the row arrangement instead."""
@@ -296,7 +332,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             self.entries.delete_many([heads[i] for i in gone])
 
 
-def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> _Side:
+def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> Side:
     """The distinct rows of ``stored`` (the keys' committed rows, distinct) and ``delta`` (any
     rows), each with its key id, old weight (stored) and delta weight (summed)."""
     ns = len(stored)
@@ -324,7 +360,7 @@ def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: n
     np.add.at(old, gid[:ns], w[:ns])
     dw = np.zeros(ng, np.int64)
     np.add.at(dw, gid[ns:], w[ns:])
-    return _Side(rows.take(reps), kid[reps], old, dw)
+    return Side(rows.take(reps), kid[reps], old, dw)
 
 
 def _same_rows(rows: Rows, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -13,7 +13,9 @@ moving back would rewrite its rows again for little gain.
 ``HotKeys`` converts the hot keys' rows between the two forms and runs the two row-join steps of a
 time: ``pairs`` for the changes to keys that were already hot, ``promote`` for keys that become hot
 in this time (their rows after the time are loaded into the arrangement without output: the
-columnar step already emitted the time's pairs).
+columnar step already emitted the time's pairs). An outer join asks it to track the padded sides:
+the arrangement then also keeps each hot key's weight total of the other side (``step`` says
+which rows gained or lost their last match).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.columnar.codec_columns import python_rows
 from engine.dataflow.columnar.row_block import RowCodec, Rows
 from engine.dataflow.errs import BatchFn
-from engine.dataflow.state.arrangement import DeltaJoin
+from engine.dataflow.state.arrangement import DeltaJoin, JoinStep
 from engine.dataflow.state.store import StateTable
 
 #: the columnar entry of a hot key (a packed entry always holds a 12-byte header)
@@ -51,16 +53,24 @@ class HotKeys:
         left_key: Sequence[int],
         right_key: Sequence[int],
         residual: BatchFn | None,
+        track_left: bool = False,
+        track_right: bool = False,
     ) -> None:
         self.codecs = codecs
-        self._join = DeltaJoin(table, left_key, right_key, residual)
-        self._load = DeltaJoin(table, left_key, right_key, None, pairs=False)
+        tracks = {"track_left": track_left, "track_right": track_right}
+        self._join = DeltaJoin(table, left_key, right_key, residual, **tracks)
+        self._load = DeltaJoin(table, left_key, right_key, None, pairs=False, **tracks)
 
     def pairs(self, left: Rows, right: Rows) -> tuple[DiffBatch, DiffBatch]:
         """The time's pairs and errs for delta rows of hot keys (weights in the records)."""
-        lc, rc = self.codecs
-        step = self._join.step(tuples(lc, left, left.rec["w"]), tuples(rc, right, right.rec["w"]))
+        step = self.step(left, right)
         return step.pairs, step.errs
+
+    def step(self, left: Rows, right: Rows) -> JoinStep:
+        """The row join's whole step for delta rows of hot keys: pairs, errs and, on the tracked
+        sides, the rows whose match state may have changed."""
+        lc, rc = self.codecs
+        return self._join.step(tuples(lc, left, left.rec["w"]), tuples(rc, right, right.rec["w"]))
 
     def promote(self, left: Rows, lw: np.ndarray, right: Rows, rw: np.ndarray) -> None:
         """Load the rows (after the time, weights ``lw``/``rw``) of keys that become hot."""
