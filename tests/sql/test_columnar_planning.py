@@ -199,9 +199,12 @@ def test_explain_says_which_expressions_run_per_row(sql, needles, catalog):
         # a columnar GROUP BY above a vectorized filter: the source's columns are used
         ("SELECT status, sum(amount) AS s FROM orders WHERE qty > 1 GROUP BY status",
          {"public.orders": True}),
-        # an anti join (row path) is the first stateful collection: tuples either way
+        # an anti join on keys: a columnar left join with the right's distinct keys
         ("SELECT o.id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM customers c WHERE c.id = "
-         "o.customer_id)", {"public.orders": False, "public.customers": False}),
+         "o.customer_id)", {"public.orders": True, "public.customers": True}),
+        # an anti join with a residual (row path) is the first stateful collection: tuples
+        ("SELECT o.id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM customers c WHERE c.id = "
+         "o.customer_id AND c.id > o.id)", {"public.orders": False, "public.customers": False}),
         # a semi join on keys alone: a columnar join with the right's distinct keys
         ("SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM customers c WHERE c.id = "
          "o.customer_id)", {"public.orders": True, "public.customers": True}),

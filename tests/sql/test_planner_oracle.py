@@ -447,6 +447,16 @@ QUERIES = [
         id="subquery-not-exists",
     ),
     Q(
+        "SELECT c.region, count(*) AS n FROM customers c WHERE NOT EXISTS "
+        "(SELECT * FROM orders o WHERE o.customer_id = c.id) GROUP BY c.region",
+        id="subquery-not-exists-as-left-join-aggregated",
+    ),
+    Q(
+        "SELECT i.id, i.qty FROM order_items i WHERE NOT EXISTS "
+        "(SELECT 1 FROM products p WHERE p.id = i.product_id)",
+        id="subquery-not-exists-nullable-left-key",
+    ),
+    Q(
         "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM order_items i "
         "WHERE i.order_id = o.id AND i.price > o.amount / 10)",
         id="subquery-exists-non-equi",

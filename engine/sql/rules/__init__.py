@@ -6,7 +6,8 @@ order: constants first (so TRUE filters vanish and literals are canonical), then
 pattern (while the rank filter still sits right above its window), filter pushdown, the filters
 implied across equi-joins and a second pushdown to move those down too, join ordering (on the
 final conditions), semi joins on a unique right input as inner joins (after ordering, so the
-join order stays the one chosen for the semi join), projection pushdown (after filters found their place: their columns are
+join order stays the one chosen for the semi join), anti joins on keys as left joins with the
+right's distinct keys (likewise), projection pushdown (after filters found their place: their columns are
 needed only where they are), the top-k pattern once more (pruning may have left a ranking
 Window with a single function) and pruning its rank column, then fusing and passthrough removal to clean up what the others
 left. Every rule must preserve results exactly; ``tests/sql/test_rules.py`` checks each on
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.sql.logical_plan import LogicalPlan
+from engine.sql.rules.anti_join_as_outer_join import anti_join_as_outer_join
 from engine.sql.rules.fold_constants import fold_constants
 from engine.sql.rules.fuse_stateless import fuse_stateless
 from engine.sql.rules.infer_join_filters import infer_join_filters
@@ -38,6 +40,7 @@ RULES: tuple[Rule, ...] = (
     pushdown_filters,
     order_joins,
     unique_semi_join,
+    anti_join_as_outer_join,
     pushdown_projections,
     window_to_top_k,
     pushdown_projections,
