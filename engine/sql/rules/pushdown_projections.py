@@ -68,8 +68,8 @@ def _within(needed: Needed, fields: tuple[Field, ...]) -> Needed:
 
 
 def _narrow(plan: LogicalPlan, needed: Needed) -> LogicalPlan:
-    """``plan`` under a Project of the needed fields when it outputs more (a Filter passes on
-    the columns only its predicate read: they would ride along into a join's or top-k's state)."""
+    """``plan`` under a Project of the needed fields when it outputs more (a Filter or a join
+    passes on the columns only its predicate or condition read)."""
     fields = plan.fields
     keys = [key(f) for f in fields]
     if needed is None or len(set(keys)) != len(keys):
@@ -93,6 +93,11 @@ class _Prune:
                 self.shared[id(node)] = self.dispatch(node, None)
             return self.shared[id(node)]
         return self.dispatch(node, needed)
+
+    def input(self, node: LogicalPlan, needed: Needed) -> LogicalPlan:
+        """``node`` pruned as the input of a collection that stores whole rows (a join, a top-k):
+        under a Project of the needed fields when it outputs more."""
+        return _narrow(self.prune(node, needed), needed)
 
     def dispatch(self, node: LogicalPlan, needed: Needed) -> LogicalPlan:
         method = getattr(self, "p_" + type(node).__name__, None)
@@ -121,7 +126,7 @@ class _Prune:
     # -- stateless -------------------------------------------------------------------------------
     def p_Filter(self, node: lp.Filter, needed: Needed) -> LogicalPlan:
         need_in = _union(needed, columns_of([node.predicate], node.input.fields))
-        return _narrow(replace(node, input=self.prune(node.input, need_in)), needed)
+        return replace(node, input=self.prune(node.input, need_in))
 
     def p_Project(self, node: lp.Project, needed: Needed) -> LogicalPlan:
         if needed is None:
@@ -170,7 +175,7 @@ class _Prune:
             need_r = _within(cond_l, rf)
         else:
             need_r = _union(_within(needed, rf), _within(cond_l, rf))
-        return node.with_children(self.prune(node.left, need_l), self.prune(node.right, need_r))
+        return node.with_children(self.input(node.left, need_l), self.input(node.right, need_r))
 
     # -- stateful --------------------------------------------------------------------------------
     def p_Aggregate(self, node: lp.Aggregate, needed: Needed) -> LogicalPlan:
@@ -194,7 +199,7 @@ class _Prune:
             rank = None
         keys = list(node.partition_by) + [k.expr for k in node.order_by]
         need_in = _union(_within(needed, node.input.fields), columns_of(keys, node.input.fields))
-        return replace(node, input=self.prune(node.input, need_in), rank_field=rank)
+        return replace(node, input=self.input(node.input, need_in), rank_field=rank)
 
     def p_Window(self, node: lp.Window, needed: Needed) -> LogicalPlan:
         in_fields = node.input.fields
