@@ -33,8 +33,8 @@ from sqlglot import exp
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
-from engine.sql.rules.pushdown_filters import equi_columns
-from engine.sql.rules.scope import conjuncts, resolve, transform_up, unique_on
+from engine.sql.rules.join_keys import distinct_keys, equi_keys
+from engine.sql.rules.scope import resolve, transform_up, unique_on
 
 
 def anti_join_as_outer_join(plan: LogicalPlan) -> LogicalPlan:
@@ -45,26 +45,17 @@ def anti_join_as_outer_join(plan: LogicalPlan) -> LogicalPlan:
 def _rewrite(node: LogicalPlan) -> LogicalPlan:
     if not (isinstance(node, lp.Join) and node.kind == "anti" and node.condition is not None):
         return node
+    found = equi_keys(node)
+    if found is None or found[1]:  # a residual: a match depends on more than the keys
+        return node
+    keys = found[0]
     left, right = node.left.fields, node.right.fields
-    keys: set[int] = set()
-    for c in conjuncts(node.condition):
-        pair = equi_columns(c, left, right)
-        if pair is None:
-            return node  # a residual: a match depends on more than the keys
-        lf, rf = left[pair[0]], right[pair[1]]
-        if lf.type != rf.type or rf.type.is_float:
-            return node
-        keys.add(pair[1])
     picked = tuple(sorted(keys))
-    if any(resolve(right[i].ref(), right) != i for i in picked):
-        return node  # a key column's name is ambiguous in the right input
     partners = node.right
     if not unique_on(partners, keys):
-        partners = lp.Distinct(
-            lp.Project(
-                partners, tuple(right[i].ref() for i in picked), tuple(right[i] for i in picked)
-            )
-        )
+        partners = distinct_keys(partners, picked)
+        if partners is None:
+            return node
     joined = lp.Join(node.left, partners, "left", node.condition)
     both = joined.fields
     refs = tuple(f.ref() for f in left)

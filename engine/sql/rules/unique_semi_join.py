@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
-from engine.sql.rules.pushdown_filters import equi_columns
-from engine.sql.rules.scope import conjuncts, resolve, transform_up, unique_on
+from engine.sql.rules.join_keys import distinct_keys, equi_keys
+from engine.sql.rules.scope import resolve, transform_up, unique_on
 
 
 def unique_semi_join(plan: LogicalPlan) -> LogicalPlan:
@@ -49,33 +49,19 @@ def unique_semi_join(plan: LogicalPlan) -> LogicalPlan:
 def _rewrite(node: LogicalPlan) -> LogicalPlan:
     if not (isinstance(node, lp.Join) and node.kind == "semi" and node.condition is not None):
         return node
-    left, right = node.left.fields, node.right.fields
-    keys: set[int] = set()
-    residual = False
-    for c in conjuncts(node.condition):
-        pair = equi_columns(c, left, right)
-        if pair is None:
-            residual = True
-            continue
-        lf, rf = left[pair[0]], right[pair[1]]
-        if lf.type != rf.type or rf.type.is_float:
-            return node
-        keys.add(pair[1])
-    if not keys:
+    found = equi_keys(node)
+    if found is None:
         return node
+    keys, residual = found
+    left = node.left.fields
     unique = node.right
     if not unique_on(unique, keys):
         if residual:  # the residual may need right columns besides the keys
             return node
         # the right's distinct keys: a left row matches one of them iff it matches a right row
-        picked = tuple(sorted(keys))
-        if any(resolve(right[i].ref(), right) != i for i in picked):
-            return node  # a key column's name is ambiguous in the right input
-        unique = lp.Distinct(
-            lp.Project(
-                unique, tuple(right[i].ref() for i in picked), tuple(right[i] for i in picked)
-            )
-        )
+        unique = distinct_keys(unique, tuple(sorted(keys)))
+        if unique is None:
+            return node
     joined = lp.Join(node.left, unique, "inner", node.condition)
     both = joined.fields
     refs = tuple(f.ref() for f in left)
