@@ -229,6 +229,8 @@ SEMANTIC_QUERIES = [
     "SELECT t1.a AS a1, t2.a AS a2 FROM t1 FULL JOIN t2 ON t1.a = t2.a AND t2.d > 2 WHERE t1.b > 1",
     "SELECT t1.a, t2.d, t3.v FROM t1 JOIN t2 ON t1.a = t2.a JOIN t3 ON t2.d = t3.k WHERE t3.v > 2",
     "SELECT t1.a, t3.v FROM t1, t3, t2 WHERE t1.a = t2.a AND t2.d = t3.k AND t1.b >= 2",
+    "SELECT t1.b, t2.d, t3.v FROM t1, t2, t3 WHERE t1.a = t2.a AND t2.a = t3.k AND t3.v > 1",
+    "SELECT t1.b, t3.v FROM t3, t1, t2 WHERE t1.a = t2.d AND t2.d = t3.k AND t1.b = t3.v",
     "SELECT a, b FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.a = t1.a AND t2.d > 2) AND b > 1",
     "SELECT a, b FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.a = t1.a AND t2.d > 2)",
     "SELECT a, b FROM t1 WHERE a IN (SELECT d FROM t2 WHERE d > 1) AND a > 0",
