@@ -40,6 +40,8 @@ from sqlglot import exp
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
+from engine.sql.rules.column_classes import ColumnClasses, column_ends, implied_equalities
+from engine.sql.rules.row_estimates import OTHER_SELECTIVITY, distinct_estimate, row_estimate
 from engine.sql.rules.scope import (
     and_all,
     conjuncts,
@@ -104,68 +106,6 @@ def _rebuild_same(node: LogicalPlan, parents, leaves) -> LogicalPlan:
     return node.with_children(*kids)
 
 
-def _scan_below(node: LogicalPlan) -> lp.Scan | None:
-    while isinstance(node, (lp.SubqueryAlias, lp.Filter, lp.Project)):
-        node = node.input
-    return node if isinstance(node, lp.Scan) else None
-
-
-def row_estimate(node: LogicalPlan) -> float | None:
-    """Rows of ``node``: its Scan's estimate times the selectivity of the Filters above it."""
-    scan = _scan_below(node)
-    if scan is None or scan.row_estimate is None:
-        return None
-    rows = float(scan.row_estimate)
-    while node is not scan:
-        if isinstance(node, lp.Filter):
-            rows *= _selectivity(node.predicate, scan)
-        node = node.input  # type: ignore[attr-defined]
-    return rows
-
-
-def _selectivity(predicate: exp.Expression, scan: lp.Scan) -> float:
-    """The fraction of rows a filter keeps, as Postgres guesses without histograms: 1 / distinct
-    values for ``column = constant``, all of them for ``column IS NOT NULL`` (what
-    ``infer_join_filters`` adds on join keys), a third for any other conjunct."""
-    out = 1.0
-    for c in conjuncts(predicate):
-        if isinstance(c, exp.Not) and isinstance(c.this, exp.Is):
-            continue
-        column = _equals_constant(c)
-        d = _distinct_of(scan, column) if column is not None else None
-        out *= 1 / d if d else _OTHER_SELECTIVITY
-    return out
-
-
-def _equals_constant(c: exp.Expression) -> str | None:
-    """The column name of ``column = constant`` (either way round), else None."""
-    if not isinstance(c, exp.EQ):
-        return None
-    for a, b in ((c.left, c.right), (c.right, c.left)):
-        if isinstance(a, exp.Column) and not b.find(exp.Column):
-            return a.name
-    return None
-
-
-def _distinct_of(scan: lp.Scan, name: str) -> float | None:
-    if not scan.column_distinct:
-        return None
-    for f, d in zip(scan.table_fields, scan.column_distinct, strict=True):
-        if f.name == name:
-            return d
-    return None
-
-
-def distinct_estimate(node: LogicalPlan, name: str) -> float | None:
-    """Distinct values of ``node``'s field ``name``, from the statistics of the Scan below it
-    (a field a Project renamed or computed under another Scan column's name gets that column's
-    figure: it only steers the order, never the result)."""
-    scan = _scan_below(node)
-    return None if scan is None else _distinct_of(scan, name)
-
-
-#: selectivity of a join conjunct that is not an equality of two columns (Postgres' default)
-_OTHER_SELECTIVITY = 1 / 3
 #: up to this many leaves the order is searched exhaustively (2^n subsets), beyond it greedily
 _EXHAUSTIVE_LEAVES = 10
 
@@ -198,84 +138,6 @@ def _cheapest_order(n, rank, connected_to, joined_size, estimates) -> list[int]:
     return list(order)
 
 
-Column = tuple[int, int]  # (leaf, field position)
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[Column, Column] = {}
-
-    def find(self, x: Column) -> Column:
-        while self.parent.get(x, x) != x:
-            x = self.parent[x]
-        return x
-
-    def union(self, a: Column, b: Column) -> bool:
-        """Join the classes of ``a`` and ``b``; False if they were one already."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return False
-        self.parent[ra] = rb
-        return True
-
-
-def _column_ends(c: exp.Expression, leaves) -> tuple[Column, Column] | None:
-    """The two columns of ``left_column = right_column`` over two different leaves, else None."""
-    if not (isinstance(c, exp.EQ) and isinstance(c.left, exp.Column)):
-        return None
-    if not isinstance(c.right, exp.Column):
-        return None
-    ends = []
-    for col in (c.left, c.right):
-        hits = [(i, resolve(col, leaf.fields)) for i, leaf in enumerate(leaves)]
-        hits = [(i, k) for i, k in hits if k is not None]
-        if len(hits) != 1:
-            return None
-        ends.append(hits[0])
-    return (ends[0], ends[1]) if ends[0][0] != ends[1][0] else None
-
-
-def _implied_equalities(leaves, conds, refs):
-    """``conds`` plus ``a = c`` wherever ``a = b`` and ``b = c`` equate columns of different
-    leaves with no conjunct between those two leaves' columns yet (``c_nationkey = s_nationkey AND
-    s_nationkey = n_nationkey`` connects customer to nation: the order may then join them
-    directly), their ``refs``, and per equality conjunct the class of columns it equates. The
-    placement drops an equality the ones placed below it already imply."""
-    equal = _UnionFind()
-    ends = [_column_ends(c, leaves) for c in conds]
-    for e in ends:
-        if e is not None:
-            equal.union(*e)
-    members: dict[Column, list[Column]] = {}
-    for e in ends:
-        for col in e or ():
-            group = members.setdefault(equal.find(col), [])
-            if col not in group:
-                group.append(col)
-    related = {frozenset((a[0], b[0])) for a, b in (e for e in ends if e is not None)}
-    conds, refs = list(conds), list(refs)
-    for group in members.values():
-        for x, a in enumerate(group):
-            for b in group[x + 1 :]:
-                pair = frozenset((a[0], b[0]))
-                if a[0] == b[0] or pair in related:
-                    continue
-                c = exp.EQ(
-                    this=leaves[a[0]].fields[a[1]].ref(), expression=leaves[b[0]].fields[b[1]].ref()
-                )
-                if _column_ends(c, leaves) != (a, b):
-                    continue  # a name that does not resolve to that one column
-                related.add(pair)
-                conds.append(c)
-                refs.append({a[0], b[0]})
-    classes = {}
-    for k, c in enumerate(conds):
-        e = _column_ends(c, leaves)
-        if e is not None:
-            classes[k] = hash(equal.find(e[0]))
-    return conds, refs, classes
-
-
 def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan | None:
     n = len(leaves)
     if n < 3:
@@ -289,7 +151,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
                 return None
             owners.add(hits[0])
         refs.append(owners)
-    conds, refs, classes = _implied_equalities(leaves, conds, refs)
+    conds, refs, classes = implied_equalities(leaves, conds, refs)
     edges: set[tuple[int, int]] = set()
     #: conjunct -> its two sides (leaf, column name) when it equates two plain columns
     column_pairs: dict[int, tuple[tuple[int, str], tuple[int, str]]] = {}
@@ -332,7 +194,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
             if i in owners and owners - {i} and owners <= joined | {i}:
                 pair = column_pairs.get(k)
                 if pair is None:
-                    out *= _OTHER_SELECTIVITY
+                    out *= OTHER_SELECTIVITY
                 else:
                     (a, a_name), (b, b_name) = pair
                     d = max(distinct(a, a_name), distinct(b, b_name), 1.0)
@@ -366,7 +228,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
     if order == list(range(n)) and left_deep:
         return None
     placed = [False] * len(conds)
-    equal = _UnionFind()  # columns the placed equalities made equal
+    equal = ColumnClasses()  # columns the placed equalities made equal
     plan = leaves[order[0]]
     avail = {order[0]}
     for i in order[1:]:
@@ -375,7 +237,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
         for k, c in enumerate(conds):
             if not placed[k] and refs[k] <= avail:
                 placed[k] = True
-                ends = _column_ends(c, leaves)
+                ends = column_ends(c, leaves)
                 if ends is not None and not equal.union(*ends):
                     continue  # implied by the equalities placed so far
                 here.append(c)
