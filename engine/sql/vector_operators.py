@@ -1,7 +1,7 @@
 """The vectorized compiler's rules for operators: arithmetic, casts, text functions, LIKE.
 
 ``OperatorRules`` is the part of ``VectorCompiler`` (``engine.sql.vector_compiler``) that maps
-``+ - * / %``, unary minus, ``CAST``, ``||``, lower/upper/length and LIKE onto kernels
+``+ - * / %``, unary minus, ``CAST``, ``||``, lower/upper/length, SUBSTRING and LIKE onto kernels
 (``number_kernels``, ``vector_kernels``, ``vector_casts``), with the result types and operand
 conversions of the row compiler (``ExpressionTypes``). It relies on the compiler's ``compile``,
 ``operand``, ``cast`` and ``types``; a rule returns None where no kernel is exact. This module
@@ -22,6 +22,7 @@ from engine.sql.types import SqlType as T
 from engine.sql.vector_nodes import Inputs, VNode
 
 _STRING_FUNCTIONS = {exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length"}
+_INTEGERS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
 
 
 def _like_kernel(tokens: list[str]) -> tuple[str, str] | None:
@@ -165,6 +166,31 @@ class OperatorRules:
         return VNode(lambda inp: K.text_map(fn, run(inp)), t)
 
     v_Lower = v_Upper = v_Length = _string_function
+
+    def v_Substring(self, node: exp.Substring, t: T) -> VNode | None:
+        """``substring(s FROM start [FOR length])`` with integer constants: one slice by code
+        points (``functions.substring``'s bounds); a negative length (an error) or a computed
+        bound runs per row."""
+        s = self.compile(node.this)
+        if s is None or not s.type.is_string:
+            return None
+        bounds = []
+        for name in ("start", "length"):
+            arg = node.args.get(name)
+            if arg is None:
+                bounds.append(None)
+                continue
+            c = self.types.typed(arg)
+            if not (c.const and c.type.kind in _INTEGERS and isinstance(c.value, int)):
+                return None
+            bounds.append(c.value)
+        start = 1 if bounds[0] is None else bounds[0]
+        if bounds[1] is not None and bounds[1] < 0:
+            return None
+        lo = max(start - 1, 0)
+        hi = None if bounds[1] is None else max(start - 1 + bounds[1], lo)
+        run = s.run
+        return VNode(lambda inp: K.text_slice(run(inp), lo, hi), t)
 
     def _like(self, node: exp.Expression, escape: str | None) -> VNode | None:
         """LIKE/ILIKE with a constant pattern: equality, prefix, suffix or substring tests where

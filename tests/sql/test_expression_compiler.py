@@ -97,7 +97,7 @@ EXPRESSIONS = [
     "round(m, b)",
     # strings
     "s || t", "s || a", "s || x", "concat(s, a, x, n)", "concat(s, null, t)", "lower(s)",
-    "upper(t)", "length(s)", "char_length(t)", "substring(s from 2 for 3)",
+    "upper(t)", "length(s)", "char_length(t)", "substring(s from 2 for 3)", "substring(s from -1 for 3)", "substring(s, 3, 0)",
     "substring(s from a)", "substr(s, a)", "substr(s, 2, b)", "trim(s)", "btrim(s, 'a ')",
     "ltrim(s)", "rtrim(t, 'x')", "trim(leading 'a' from s)", "replace(s, 'a', 'XY')",
     "replace(t, '', 'z')", "split_part(s, ',', 2)", "split_part(t, 'b', -1)",

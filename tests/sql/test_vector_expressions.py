@@ -190,7 +190,8 @@ FAMILIES = [
     "coalesce(a, b, 0)", "coalesce(n, f)", "nullif(a, 0)", "nullif(a, 1.5)",
     "s::int", "a::text", "n::text", "x::text", "n::int", "f::int", "c::int", "a::smallint",
     "a::numeric(6,2)", "n::numeric(5,1)", "a::float8", "m::float8", "d::timestamp", "ts::date",
-    "x::int", "a::boolean", "s || a", "lower(s)", "length(s)", "s like 'a%'", "s like '%b%'",
+    "x::int", "a::boolean", "s || a", "lower(s)", "length(s)", "substring(s from 2 for 3)",
+    "s like 'a%'", "s like '%b%'",
     "s not ilike '%B'", "t like 'x%y' escape 'x'", "s like '%'",
 ]  # fmt: skip
 

@@ -197,6 +197,11 @@ def text_map(fn: str, a: Vec) -> Vec:
     return Vec(Kind.TEXT, kernel(a.values), a.valid)
 
 
+def text_slice(a: Vec, lo: int, hi: int | None) -> Vec:
+    """The code points ``lo`` up to ``hi`` (None: the end) of every text, 0-based."""
+    return Vec(Kind.TEXT, pc.utf8_slice_codeunits(a.values, start=lo, stop=hi), a.valid)
+
+
 _TEXT_TESTS = {
     "equals": lambda s, lit: pc.equal(s, lit),
     "starts_with": lambda s, lit: pc.starts_with(s, lit),
