@@ -176,11 +176,11 @@ VECTOR_EXPLAIN = [
         ["Map (vectorized): join keys", "Map (vectorized): drop join keys"],
     ),
     (
-        "SELECT id, substr(status, 2) AS s, qty + 1 AS q FROM orders "
+        "SELECT id, substr(status, qty) AS s, qty + 1 AS q FROM orders "
         "WHERE qty > 2 AND status LIKE status || '_'",
         [
             'Filter (per row: "orders"."status" LIKE "orders"."status" || \'_\'): "orders"."qty" > 2 AND',
-            'Map (per row: SUBSTRING("orders"."status" FROM 2)): "orders"."id"',
+            'Map (per row: SUBSTRING("orders"."status" FROM "orders"."qty")): "orders"."id"',
         ],
     ),
 ]
