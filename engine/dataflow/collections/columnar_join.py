@@ -109,7 +109,8 @@ class Unkeyed:
     ) -> None:
         sel = pa.array(at)
         self.columns = [c.take(sel) for c in columns]
-        self.nans = {i: m[at] for i, m in enumerate(nans) if m is not None and m[at].any()}
+        masks = {i: m[at] for i, m in enumerate(nans) if m is not None}
+        self.nans = {i: m for i, m in masks.items() if m.any()}
         self.weights = weights[at]
 
 

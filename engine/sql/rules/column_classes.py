@@ -87,5 +87,5 @@ def implied_equalities(leaves, conds, refs):
     for k, c in enumerate(conds):
         e = column_ends(c, leaves)
         if e is not None:
-            classes[k] = hash(equal.find(e[0]))
+            classes[k] = equal.find(e[0])
     return conds, refs, classes

@@ -189,7 +189,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
         """Estimated rows of (the leaves ``joined``, of ``size`` rows) joined with leaf ``i``:
         |A| * |B| / max(distinct values of the two columns) per equality conjunct."""
         out = size * float(estimates[i] or 1)
-        divisors: dict[int, float] = {}  # per class of equal columns: implied ones count once
+        divisors: dict[object, float] = {}  # per class of equal columns: implied ones count once
         for k, owners in enumerate(refs):
             if i in owners and owners - {i} and owners <= joined | {i}:
                 pair = column_pairs.get(k)
@@ -198,7 +198,7 @@ def _reorder(original: lp.Join, leaves, conds, left_deep: bool) -> LogicalPlan |
                 else:
                     (a, a_name), (b, b_name) = pair
                     d = max(distinct(a, a_name), distinct(b, b_name), 1.0)
-                    cls = classes.get(k, -1 - k)
+                    cls = classes.get(k, k)  # a column class, or the conjunct itself
                     divisors[cls] = max(divisors.get(cls, 1.0), d)
         for d in divisors.values():
             out /= d
