@@ -30,22 +30,44 @@ def test_reads_writes_eviction_and_rollback(tmp_path):
 
 
 def test_deletes_in_a_full_cache_evict_the_oldest_and_read_as_absent(tmp_path):
-    """``delete_many`` deletes in the table and remembers the keys as absent; a full cache evicts
-    its oldest entries first, one delete after another (each eviction pops from the front of an
-    ``OrderedDict``: a plain dict kept the popped slots and every eviction walked them)."""
+    """``delete_many`` deletes in the table and remembers the keys as absent; a full cache drops
+    its oldest generation whole: the newest writes stay, the oldest go, the budget holds."""
     with StateStore(tmp_path / "s") as store:
         table = store.table("t", "point")
-        cache = EntryCache(table, cache_bytes=40 * 130)
+        cache = EntryCache(table, cache_bytes=40 * 124)
         keys = [b"k%03d" % i for i in range(100)]
-        cache.put_many(keys, [b"v%03d" % i for i in range(100)])
+        for i in range(0, 100, 5):  # ~124-byte entries, 5 a write: 8 writes fill a generation
+            cache.put_many(keys[i : i + 5], [b"v%03d" % j for j in range(i, i + 5)])
         store.commit(1)
-        assert 35 <= cache.cached_entries <= 42  # 5,200 bytes of ~124-byte entries
-        assert list(cache._entries)[0] > keys[55]  # the newest writes stay, the oldest went
+        assert 20 <= cache.cached_entries <= 40
+        cache.hits = cache.misses = 0
+        cache.get_many(keys[80:])
+        assert cache.hits == 20  # the newest writes stay
+        cache.get_many(keys[:40])
+        assert cache.misses == 40  # the oldest went
         for key in keys[90:95]:
             cache.delete(key)
         cache.delete_many(keys[95:])
         store.commit(2)
-        assert cache.cached_entries <= 42
+        assert cache.cached_entries <= 40
         assert cache.get_many(keys[88:]) == [b"v088", b"v089"] + [None] * 10
         cache.clear()  # from the table alone: the deletes were written
         assert cache.get_many(keys[88:]) == [b"v088", b"v089"] + [None] * 10
+
+
+def test_a_write_larger_than_a_generation_keeps_its_newest_entries(tmp_path):
+    """One write past half the budget replaces both generations by its newest entries: a value
+    written earlier and rewritten by it is never read stale from the cache."""
+    with StateStore(tmp_path / "s") as store:
+        table = store.table("t", "point")
+        cache = EntryCache(table, cache_bytes=40 * 124)
+        keys = [b"k%03d" % i for i in range(100)]
+        cache.put_many(keys[:10], [b"old%d" % i for i in range(10)])
+        store.commit(1)
+        cache.put_many(keys, [b"n%03d" % i for i in range(100)])
+        store.commit(2)
+        assert 0 < cache.cached_entries <= 20
+        assert cache.get_many(keys[:10]) == [b"n%03d" % i for i in range(10)]
+        cache.hits = 0
+        cache.get_many(keys[-cache.cached_entries :])
+        assert cache.hits == cache.cached_entries
