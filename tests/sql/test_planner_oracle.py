@@ -391,6 +391,20 @@ QUERIES = [
         "FROM order_items GROUP BY order_id HAVING sum(qty) > 5)",
         id="subquery-in-group-having",
     ),
+    # semi and anti joins moved onto the join input they test (pushdown_semi_joins): TPC-H Q18's
+    # shape, and NOT EXISTS / NOT IN testing one side of a join
+    Q(
+        "SELECT c.name, o.id, sum(i.qty) AS q FROM customers c JOIN orders o ON c.id = "
+        "o.customer_id JOIN order_items i ON i.order_id = o.id WHERE o.id IN (SELECT order_id "
+        "FROM order_items GROUP BY order_id HAVING sum(qty) > 5) GROUP BY c.name, o.id",
+        id="semi-join-below-joins",
+    ),
+    Q(
+        "SELECT c.segment, o.amount FROM customers c JOIN orders o ON c.id = o.customer_id "
+        "WHERE NOT EXISTS (SELECT 1 FROM order_items i WHERE i.order_id = o.id) "
+        "AND c.score NOT IN (SELECT qty FROM order_items)",
+        id="anti-joins-below-a-join",
+    ),
     Q(
         "SELECT o.id, o.qty FROM orders o WHERE o.status IN (SELECT DISTINCT status FROM orders "
         "WHERE amount > 50) AND o.customer_id IN (SELECT customer_id FROM orders GROUP BY "

@@ -243,6 +243,15 @@ SEMANTIC_QUERIES = [
     "WHERE g.a = t1.a AND g.d = t1.b)",
     "SELECT a, c FROM t1 WHERE b IN (SELECT d FROM t2 UNION SELECT v FROM t3)",
     "SELECT a, c FROM t1 WHERE b IN (SELECT d FROM t2 EXCEPT SELECT k FROM t3)",
+    # semi and anti joins moved onto the join input they test (pushdown_semi_joins)
+    "SELECT t1.a, t2.d FROM t1 JOIN t2 ON t1.a = t2.a WHERE t1.b IN (SELECT k FROM t3 GROUP BY k "
+    "HAVING count(*) > 1)",
+    "SELECT t1.a, t2.d FROM t1 JOIN t2 ON t1.a = t2.a WHERE NOT EXISTS (SELECT 1 FROM t3 "
+    "WHERE t3.k = t2.d)",
+    "SELECT t1.c, t2.d, t3.v FROM t1, t2, t3 WHERE t1.a = t2.a AND t2.d = t3.k "
+    "AND t1.b NOT IN (SELECT v FROM t3 WHERE v > 1)",
+    "SELECT t1.a, count(*) AS n FROM t1 JOIN t2 ON t1.a = t2.a WHERE t2.d IN (SELECT a FROM t1) "
+    "GROUP BY t1.a",
     # aggregates
     "SELECT c, count(*) AS n, sum(b) AS s FROM t1 WHERE a > 1 GROUP BY c HAVING count(*) > 1",
     "SELECT * FROM (SELECT a, sum(b) AS s FROM t1 GROUP BY a) g WHERE a > 2 AND s > 3",

@@ -18,13 +18,23 @@ OTHER_SELECTIVITY = 1 / 3
 
 
 def _scan_below(node: LogicalPlan) -> lp.Scan | None:
-    while isinstance(node, (lp.SubqueryAlias, lp.Filter, lp.Project)):
-        node = node.input
+    while (below := _through(node)) is not None:
+        node = below
     return node if isinstance(node, lp.Scan) else None
 
 
+def _through(node: LogicalPlan) -> LogicalPlan | None:
+    """The input whose rows ``node`` passes on (a semi or anti join's left: an upper bound)."""
+    if isinstance(node, (lp.SubqueryAlias, lp.Filter, lp.Project)):
+        return node.input
+    if isinstance(node, lp.Join) and node.kind in ("semi", "anti", "anti_null_aware"):
+        return node.left
+    return None
+
+
 def row_estimate(node: LogicalPlan) -> float | None:
-    """Rows of ``node``: its Scan's estimate times the selectivity of the Filters above it."""
+    """Rows of ``node``: its Scan's estimate times the selectivity of the Filters above it (a
+    semi or anti join on the way counts as keeping every row)."""
     scan = _scan_below(node)
     if scan is None or scan.row_estimate is None:
         return None
@@ -32,7 +42,7 @@ def row_estimate(node: LogicalPlan) -> float | None:
     while node is not scan:
         if isinstance(node, lp.Filter):
             rows *= _selectivity(node.predicate, scan)
-        node = node.input  # type: ignore[attr-defined]
+        node = _through(node)  # type: ignore[assignment]
     return rows
 
 
