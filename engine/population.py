@@ -17,12 +17,15 @@ from engine.engine_names import (
     POPULATION_CHUNK,
     POPULATION_TIME,
     REPOPULATE_MARKER,
+    SMALL_TABLE_CHUNK,
+    SMALL_TABLE_ROWS,
 )
 from engine.errors import ViewError
 from engine.free_memory import release_free_memory
 from engine.population_progress import PopulationProgress
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.waiting import waits_reported
+from engine.sql.catalog import SourceTable
 from engine.sql.population_filter import population_filters
 from engine.view_runtime import ViewRuntime
 
@@ -36,8 +39,8 @@ class PopulationMixin:
         """Read every source in one snapshot, run the dataflow over it, write the result table
         (a new table, or only the difference to an existing one); returns the rows written.
 
-        The input goes through the dataflow in chunks of ``POPULATION_CHUNK`` rows, each its
-        own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
+        The input goes through the dataflow in chunks of ``POPULATION_CHUNK`` rows
+        (``SMALL_TABLE_CHUNK`` of a table estimated under ``SMALL_TABLE_ROWS``), each its own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
         tables' size; the chunks' outputs stream into the sink's population transaction (a
         Z-set: retractions of earlier chunks' rows net out). The state ends at ``time_`` (or
         just after the last chunk, for a new view whose ``time_`` is 1)."""
@@ -79,12 +82,13 @@ class PopulationMixin:
                 nonlocal final
                 df = view.physical.dataflow
                 t = pending = 0
+                chunk = {source.qualified_name: _chunk_rows(source) for source, _, _ in tables}
                 with PopulationProgress(view.name, tables) as progress:
                     for table, batch in self._read_sources(view, reader, tables):
                         df.push(table, batch)
                         progress.update(len(batch))
                         pending += len(batch)
-                        if pending >= POPULATION_CHUNK:
+                        if pending >= chunk.get(table, POPULATION_CHUNK):
                             t += 1
                             yield df.time_end(t).diffs
                             df.commit(t)
@@ -154,3 +158,10 @@ class PopulationMixin:
 
     def _inputs_of_all(self) -> set[str]:
         return {t for v in self.views.values() for t in v.inputs}
+
+
+def _chunk_rows(source: SourceTable) -> int:
+    """Source rows per population time (``engine_names``: POPULATION_CHUNK, SMALL_TABLE_CHUNK)."""
+    if source.row_estimate is not None and source.row_estimate < SMALL_TABLE_ROWS:
+        return SMALL_TABLE_CHUNK
+    return POPULATION_CHUNK

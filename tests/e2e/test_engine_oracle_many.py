@@ -265,5 +265,6 @@ def test_population_in_many_small_chunks(pg_dsn, tmp_path, monkeypatch):
     import engine.population
 
     monkeypatch.setattr(engine.population, "POPULATION_CHUNK", 37)
+    monkeypatch.setattr(engine.population, "SMALL_TABLE_CHUNK", 37)  # analyzed small tables
     during, _ = run_engine_oracle(pg_dsn, tmp_path / "state", QUICK, batches=2, seed=23)
     assert during > 0
