@@ -313,6 +313,20 @@ def _block_string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return mix64(out) if n else out
 
 
+def stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
+    """The indices that sort ``ids`` (integers in [0, ``bound``)) stably: numpy's default sort
+    (SIMD quicksort) of ``id * n + position``, unique keys, so equal ids keep their order; ~5x
+    ``argsort(kind="stable")`` (timsort for int64) on 100k-400k ids.
+
+    >>> stable_order(np.array([2, 0, 2, 1, 0]), 3).tolist()
+    [1, 4, 3, 0, 2]
+    """
+    n = len(ids)
+    if n < 2 or bound * n >= 2**62:
+        return np.argsort(ids, kind="stable")
+    return np.argsort(np.asarray(ids, dtype=np.int64) * n + np.arange(n, dtype=np.int64))
+
+
 def join_pairs(
     left_keys: np.ndarray, right_keys: np.ndarray, nkeys: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -324,7 +338,7 @@ def join_pairs(
     ([0, 0, 2, 2], [0, 1, 0, 1])
     """
     right_keys = np.asarray(right_keys, dtype=np.int64)
-    order = np.argsort(right_keys, kind="stable")
+    order = stable_order(right_keys, nkeys)
     counts = np.bincount(right_keys, minlength=nkeys)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     per_left = counts[left_keys]
