@@ -40,8 +40,9 @@ class PopulationMixin:
         (a new table, or only the difference to an existing one); returns the rows written.
 
         The input goes through the dataflow in chunks of ``POPULATION_CHUNK`` rows
-        (``SMALL_TABLE_CHUNK`` of a table estimated under ``SMALL_TABLE_ROWS``), each its own time (1, 2, ...) committed to the state, so memory stays bounded whatever the
-        tables' size; the chunks' outputs stream into the sink's population transaction (a
+        (``SMALL_TABLE_CHUNK`` of a table estimated under ``SMALL_TABLE_ROWS``), each its own
+        time (1, 2, ...) committed to the state, so memory stays bounded whatever the tables'
+        size; the chunks' outputs stream into the sink's population transaction (a
         Z-set: retractions of earlier chunks' rows net out). The state ends at ``time_`` (or
         just after the last chunk, for a new view whose ``time_`` is 1)."""
         # the predicates the rules pushed into the scans, as COPY ... WHERE (engine.sql)
