@@ -84,18 +84,25 @@ class PopulationMixin:
                 df = view.physical.dataflow
                 t = pending = 0
                 chunk = {source.qualified_name: _chunk_rows(source) for source, _, _ in tables}
-                with PopulationProgress(view.name, tables) as progress:
-                    for table, batch in self._read_sources(view, reader, tables):
-                        df.push(table, batch)
-                        progress.update(len(batch))
-                        pending += len(batch)
-                        if pending >= chunk.get(table, POPULATION_CHUNK):
-                            t += 1
-                            yield df.time_end(t).diffs
-                            df.commit(t)
-                            pending = 0
-                final = max(time_, t + 1)
-                yield df.time_end(final).diffs
+                # a population time is bounded by its chunk: consolidating its buffered input on
+                # the way (the bound of huge CDC transactions) only costs time (TPC-H Q1 at SF 1:
+                # 20 consolidations, ~0.3 s of ~4 s)
+                df.compact_inputs(0)
+                try:
+                    with PopulationProgress(view.name, tables) as progress:
+                        for table, batch in self._read_sources(view, reader, tables):
+                            df.push(table, batch)
+                            progress.update(len(batch))
+                            pending += len(batch)
+                            if pending >= chunk.get(table, POPULATION_CHUNK):
+                                t += 1
+                                yield df.time_end(t).diffs
+                                df.commit(t)
+                                pending = 0
+                    final = max(time_, t + 1)
+                    yield df.time_end(final).diffs
+                finally:
+                    df.compact_inputs(max(view.max_buffered_changes, 0))
 
             with view.population_sink() as sink:
                 written = sink.populate(outputs(), lsn)

@@ -227,9 +227,13 @@ class Dataflow:
         if max_buffered_changes <= 0:
             return
         self._sink.spill_rows = max_buffered_changes
+        self.compact_inputs(max_buffered_changes)
+
+    def compact_inputs(self, rows: int) -> None:
+        """Stateful collections consolidate their buffered input past ``rows`` diffs (0: never)."""
         for node in self._nodes:
             if isinstance(node.collection, StatefulCollection):
-                node.collection.compact_rows = max_buffered_changes
+                node.collection.compact_rows = rows
 
     @property
     def sink_spills(self) -> int:
