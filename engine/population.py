@@ -87,8 +87,7 @@ class PopulationMixin:
                 # a population time is bounded by its chunk: consolidating its buffered input on
                 # the way (the bound of huge CDC transactions) only costs time (TPC-H Q1 at SF 1:
                 # 20 consolidations, ~0.3 s of ~4 s)
-                df.compact_inputs(0)
-                try:
+                with df.inputs_uncompacted():
                     with PopulationProgress(view.name, tables) as progress:
                         for table, batch in self._read_sources(view, reader, tables):
                             df.push(table, batch)
@@ -101,8 +100,6 @@ class PopulationMixin:
                                 pending = 0
                     final = max(time_, t + 1)
                     yield df.time_end(final).diffs
-                finally:
-                    df.compact_inputs(max(view.max_buffered_changes, 0))
 
             with view.population_sink() as sink:
                 written = sink.populate(outputs(), lsn)

@@ -15,7 +15,9 @@ that deleting a bad row after a restart still retracts its error.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from engine.dataflow.batch import DiffBatch
@@ -227,13 +229,25 @@ class Dataflow:
         if max_buffered_changes <= 0:
             return
         self._sink.spill_rows = max_buffered_changes
-        self.compact_inputs(max_buffered_changes)
+        for c in self._stateful():
+            c.compact_rows = max_buffered_changes
 
-    def compact_inputs(self, rows: int) -> None:
-        """Stateful collections consolidate their buffered input past ``rows`` diffs (0: never)."""
-        for node in self._nodes:
-            if isinstance(node.collection, StatefulCollection):
-                node.collection.compact_rows = rows
+    @contextlib.contextmanager
+    def inputs_uncompacted(self) -> Iterator[None]:
+        """Inside: stateful collections buffer their input as it comes (population, whose times
+        its chunks bound); after: ``bound_memory``'s bound again."""
+        stateful = self._stateful()
+        bounds = [c.compact_rows for c in stateful]
+        for c in stateful:
+            c.compact_rows = 0
+        try:
+            yield
+        finally:
+            for c, rows in zip(stateful, bounds, strict=True):
+                c.compact_rows = rows
+
+    def _stateful(self) -> list[StatefulCollection]:
+        return [n.collection for n in self._nodes if isinstance(n.collection, StatefulCollection)]
 
     @property
     def sink_spills(self) -> int:
@@ -243,11 +257,7 @@ class Dataflow:
     @property
     def compactions(self) -> int:
         """How often stateful collections consolidated their buffered input (``bound_memory``)."""
-        return sum(
-            n.collection.compactions
-            for n in self._nodes
-            if isinstance(n.collection, StatefulCollection)
-        )
+        return sum(c.compactions for c in self._stateful())
 
     def _check_runnable(self) -> None:
         if not self._built:

@@ -175,6 +175,8 @@ class Project(LogicalPlan):
 
 
 JOIN_KINDS = ("inner", "left", "right", "full", "cross", "semi", "anti", "anti_null_aware")
+#: the join kinds that output the left input's rows (some of them) and fields only
+SEMI_KINDS = ("semi", "anti", "anti_null_aware")
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ class Join(LogicalPlan):
     @property
     def fields(self) -> tuple[Field, ...]:  # type: ignore[override]
         left, right = self.left.fields, self.right.fields
-        if self.kind in ("semi", "anti", "anti_null_aware"):
+        if self.kind in SEMI_KINDS:
             return left
         if self.kind in ("right", "full"):
             left = tuple(replace(f, nullable=True) for f in left)

@@ -124,7 +124,7 @@ def value_arrow_types(plan: LogicalPlan) -> list[pa.DataType | None]:
         return value_arrow_types(plan.input)
     if isinstance(plan, lp.Join):
         left = value_arrow_types(plan.left)
-        if plan.kind in ("semi", "anti", "anti_null_aware"):
+        if plan.kind in lp.SEMI_KINDS:
             return left
         return left + value_arrow_types(plan.right)
     if not isinstance(plan, lp.Project):
@@ -402,7 +402,7 @@ class _PhysicalPlanner:
             node = self.df.add(AntiJoinCollection(lpos, rpos, residual, False, desc), left, right)
         else:  # anti_null_aware
             node = self.df.add(AntiJoinCollection(lpos, rpos, None, True, desc), left, right)
-        if kind in ("semi", "anti", "anti_null_aware"):
+        if kind in lp.SEMI_KINDS:
             return self.keep(node, len(lf)) if lext else node
         if not lext and not rext:
             return node

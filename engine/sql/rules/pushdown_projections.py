@@ -171,7 +171,7 @@ class _Prune:
         if cond_l is None:
             return node.with_children(self.prune(node.left, None), self.prune(node.right, None))
         need_l = _union(_within(needed, lf), _within(cond_l, lf))
-        if node.kind in ("semi", "anti", "anti_null_aware"):
+        if node.kind in lp.SEMI_KINDS:
             need_r = _within(cond_l, rf)
         else:
             need_r = _union(_within(needed, rf), _within(cond_l, rf))

@@ -32,7 +32,6 @@ from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.rules.scope import resolve, transform_up
 
-_SEMI = ("semi", "anti", "anti_null_aware")
 _THROUGH = ("inner", "cross")
 
 
@@ -43,7 +42,9 @@ def pushdown_semi_joins(plan: LogicalPlan) -> LogicalPlan:
 
 
 def _push(node: LogicalPlan, shared: set[int]) -> LogicalPlan:
-    if not (isinstance(node, lp.Join) and node.kind in _SEMI and node.condition is not None):
+    if not (
+        isinstance(node, lp.Join) and node.kind in lp.SEMI_KINDS and node.condition is not None
+    ):
         return node
     columns = list(node.condition.find_all(exp.Column))
     scope = node.left.fields + node.right.fields

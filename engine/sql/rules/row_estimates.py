@@ -27,7 +27,7 @@ def _through(node: LogicalPlan) -> LogicalPlan | None:
     """The input whose rows ``node`` passes on (a semi or anti join's left: an upper bound)."""
     if isinstance(node, (lp.SubqueryAlias, lp.Filter, lp.Project)):
         return node.input
-    if isinstance(node, lp.Join) and node.kind in ("semi", "anti", "anti_null_aware"):
+    if isinstance(node, lp.Join) and node.kind in lp.SEMI_KINDS:
         return node.left
     return None
 
