@@ -86,8 +86,9 @@ class PopulationMixin:
                 chunk = {source.qualified_name: _chunk_rows(source) for source, _, _ in tables}
                 # a population time is bounded by its chunk: consolidating its buffered input on
                 # the way (the bound of huge CDC transactions) only costs time (TPC-H Q1 at SF 1:
-                # 20 consolidations, ~0.3 s of ~4 s)
-                with df.inputs_uncompacted():
+                # 20 consolidations, ~0.3 s of ~4 s); the state starts empty: point reads of keys
+                # not written yet are skipped (state.written_keys)
+                with df.inputs_uncompacted(), df.store.fresh_reads():
                     with PopulationProgress(view.name, tables) as progress:
                         for table, batch in self._read_sources(view, reader, tables):
                             df.push(table, batch)
