@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 
+import pyarrow as pa
+
+from engine.dataflow import preloaded_reduces
 from engine.dataflow.batch import DiffBatch
 from engine.engine_names import (
     POPULATION_CHUNK,
@@ -23,6 +26,7 @@ from engine.engine_names import (
 from engine.errors import ViewError
 from engine.free_memory import release_free_memory
 from engine.population_progress import PopulationProgress
+from engine.postgres.arrow_snapshot import QUERY_ERRORS, typed_column
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.waiting import waits_reported
 from engine.sql.catalog import SourceTable
@@ -78,6 +82,17 @@ class PopulationMixin:
             # ACCESS SHARE on every source now, as the COPYs would: a session holding a
             # conflicting lock is waited for and named here, also when Spark tasks read
             reader.lock_tables([source for source, _, _ in tables])
+            # GROUP BYs over one table that Postgres computes (engine.sql.population_aggregate):
+            # their input chains are muted; a table feeding nothing else is not read at all
+            mutes = self._preload_reduces(view, reader)
+            if mutes:
+                df = view.physical.dataflow
+                with preloaded_reduces.muted(mutes):
+                    tables = [
+                        t
+                        for t in tables
+                        if preloaded_reduces.source_needed(df, t[0].qualified_name)
+                    ]
 
             def outputs() -> Iterator[DiffBatch]:
                 nonlocal final
@@ -88,7 +103,11 @@ class PopulationMixin:
                 # the way (the bound of huge CDC transactions) only costs time (TPC-H Q1 at SF 1:
                 # 20 consolidations, ~0.3 s of ~4 s); the state starts empty: point reads of keys
                 # not written yet are skipped (state.written_keys)
-                with df.inputs_uncompacted(), df.store.fresh_reads():
+                with (
+                    df.inputs_uncompacted(),
+                    df.store.fresh_reads(),
+                    preloaded_reduces.muted(mutes),
+                ):
                     with PopulationProgress(view.name, tables) as progress:
                         for table, batch in self._read_sources(view, reader, tables):
                             df.push(table, batch)
@@ -113,6 +132,37 @@ class PopulationMixin:
         self._record_errors(view, df.errors())  # populating -> running (or error)
         release_free_memory()  # the population's batches are garbage now: give the pages back
         return written
+
+    def _preload_reduces(self, view: ViewRuntime, reader) -> list:
+        """Run each population query of the view's reduces in the snapshot and hand its result
+        to the reduce; returns the nodes to mute. A query that fails or whose sums do not fit
+        leaves its reduce to the rows (logged)."""
+        mutes = []
+        for node, top in preloaded_reduces.candidates(view.physical.dataflow):
+            reduce = node.collection
+            query = reduce.population_query
+            schema, _, name = query.table.partition(".")
+            source = self.sources.lookup(schema, name)
+            try:
+                result = reader.query_arrow(query.sql) if source is not None else None
+                if result is None:
+                    continue
+                keys = [
+                    typed_column(source, f"group key {i + 1}", result.column(i).combine_chunks(), t)
+                    for i, t in enumerate(query.key_types)
+                ]
+                if not all(isinstance(k, pa.Array) for k in keys):
+                    raise ValueError("a numeric NaN or Infinity in a group key")
+                parts = [result.column(i).combine_chunks() for i in query.layout]
+                reduce.preload(keys, parts)
+            except (ValueError, pa.ArrowException, *QUERY_ERRORS) as e:
+                log.info(
+                    "view %s: %s read row by row (%s: %s)",
+                    view.name, reduce.describe(), type(e).__name__, e,
+                )  # fmt: skip
+                continue
+            mutes.append(top)
+        return mutes
 
     def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
         """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark

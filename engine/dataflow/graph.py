@@ -49,6 +49,8 @@ class Node:
     consumers: list[tuple[Node, int]] = field(default_factory=list)
     frontier: list[int | None] = field(default_factory=list)
     done: int | None = None
+    #: drops the diffs delivered to it (population feeds the reduce above it otherwise)
+    muted: bool = False
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,14 @@ class Dataflow:
             for c, rows in zip(stateful, bounds, strict=True):
                 c.compact_rows = rows
 
+    @property
+    def nodes(self) -> list[Node]:
+        """The built graph's nodes, inputs before their consumers (read-only use)."""
+        return self._nodes
+
+    def input_node(self, source: str) -> Node:
+        return self._inputs[source]
+
     def _stateful(self) -> list[StatefulCollection]:
         return [n.collection for n in self._nodes if isinstance(n.collection, StatefulCollection)]
 
@@ -292,6 +302,8 @@ class Dataflow:
         return self.store.committed_time if self.store is not None else None
 
     def _deliver(self, node: Node, port: int, batch: DiffBatch) -> None:
+        if node.muted:
+            return
         out = node.collection.on_diffs(port, batch)
         self._collect_errors(node)
         if out:

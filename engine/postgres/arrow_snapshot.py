@@ -40,6 +40,9 @@ try:
 except ImportError:  # pragma: no cover - a dependency; the row reader serves without it
     adbc = None
 
+#: what a failing ``ArrowSnapshot.query`` raises
+QUERY_ERRORS: tuple[type[Exception], ...] = (adbc.Error,) if adbc is not None else ()
+
 _STRINGS = (TypeKind.TEXT, TypeKind.VARCHAR, TypeKind.CHAR, TypeKind.NAME)
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
 _SIMPLE = {
@@ -57,7 +60,7 @@ _LAST_DAY = (datetime.date(9999, 12, 31) - datetime.date(1970, 1, 1)).days
 _US_PER_DAY = 86_400_000_000
 
 
-def _read_as(t: SqlType) -> tuple[str, pa.DataType] | None:
+def read_as(t: SqlType) -> tuple[str, pa.DataType] | None:
     """The SELECT item template (``{}`` the column) and the Arrow type of a column of ``t``, or
     None when the row reader must read it."""
     if t.kind in _INTS:
@@ -80,7 +83,7 @@ def arrow_readable(table: SourceTable, columns: list[str]) -> bool:
     if adbc is None or not columns:
         return False
     types = {c.name: c.type for c in table.columns}
-    return all(name in types and _read_as(types[name]) is not None for name in columns)
+    return all(name in types and read_as(types[name]) is not None for name in columns)
 
 
 def select_query(
@@ -90,7 +93,7 @@ def select_query(
     types = {c.name: c.type for c in table.columns}
     items, arrow_types = [], []
     for name in columns:
-        template, typ = _read_as(types[name])  # type: ignore[misc]
+        template, typ = read_as(types[name])  # type: ignore[misc]
         items.append(sql.SQL(template).format(sql.Identifier(name)))
         arrow_types.append(typ)
     query = sql.SQL("SELECT {} FROM {}").format(
@@ -141,6 +144,19 @@ class ArrowSnapshot:
         finally:
             self._conn.close()
 
+    def query(self, query: str) -> pa.Table:
+        """The result of ``query`` in the snapshot, as an Arrow table. A failing query raises
+        and is rolled back to a savepoint: the snapshot's transaction goes on."""
+        self._cur.execute("SAVEPOINT incview_query")
+        try:
+            self._cur.execute(query)
+            result = self._cur.fetch_arrow_table()
+        except Exception:
+            self._cur.execute("ROLLBACK TO SAVEPOINT incview_query")
+            raise
+        self._cur.execute("RELEASE SAVEPOINT incview_query")
+        return result
+
     def read(
         self, table: SourceTable, columns: list[str], where_sql: str | None = None
     ) -> Iterator[DiffBatch]:
@@ -169,7 +185,7 @@ def _diffs(
     numeric column holds NaN or Infinity."""
     columns: list = []
     for name, array, typ in zip(names, batch.columns, types, strict=True):
-        columns.append(_column(table, name, array, typ))
+        columns.append(typed_column(table, name, array, typ))
     n = batch.num_rows
     if all(isinstance(c, pa.Array) for c in columns):
         return DiffBatch.from_columns(columns, np.ones(n, np.int64))
@@ -177,7 +193,9 @@ def _diffs(
     return DiffBatch(list(zip(*values, strict=True)), [1] * n)
 
 
-def _column(table: SourceTable, name: str, array: pa.Array, typ: pa.DataType) -> pa.Array | list:
+def typed_column(
+    table: SourceTable, name: str, array: pa.Array, typ: pa.DataType
+) -> pa.Array | list:
     if pa.types.is_decimal(typ):
         text = array.storage if isinstance(array.type, pa.ExtensionType) else array
         try:

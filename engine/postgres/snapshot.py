@@ -39,6 +39,7 @@ from itertools import islice
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 from psycopg.adapt import Loader
 from psycopg.pq import Format, TransactionStatus
@@ -47,7 +48,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.errors import ViewError
 from engine.pg_interval import PgInterval
-from engine.postgres import values
+from engine.postgres import arrow_snapshot, values
 from engine.postgres.arrow_snapshot import ArrowSnapshot, arrow_readable, select_query
 from engine.postgres.cdc import PgSnapshot, current_snapshot
 from engine.postgres.sink import COPY_TYPES
@@ -405,6 +406,15 @@ class SnapshotReader:
                 yield batch
         if progress is not None and done == 0:
             progress(0, estimate)
+
+    def query_arrow(self, query: str) -> pa.Table | None:
+        """``query``'s result in this snapshot as an Arrow table (by ADBC), or None without an
+        Arrow reader. A failing query raises; the snapshot's transaction goes on."""
+        if self._conninfo is None or arrow_snapshot.adbc is None:
+            return None
+        if self._arrow is None:
+            self._arrow = ArrowSnapshot(self._conninfo, self.export_snapshot())
+        return self._arrow.query(query)
 
     def close(self) -> None:
         """Close the Arrow reader's connection (the reader's own transaction is the caller's)."""

@@ -58,6 +58,7 @@ from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_builder import and_all, conjuncts
+from engine.sql.population_aggregate import aggregate_query
 from engine.sql.types import SqlType, TypeKind
 from engine.sql.vector_expressions import (
     ExtendColumns,
@@ -456,7 +457,9 @@ class _PhysicalPlanner:
             for i, (e, t) in enumerate(zip(cols, compiled.types, strict=True))
         ]
         if supports_columnar_reduce(arrow[: len(group)], specs, arrow):
-            return self.df.add(ColumnarReduceCollection(group, specs, arrow), up)
+            reduce = ColumnarReduceCollection(group, specs, arrow)
+            reduce.population_query = aggregate_query(plan, cols, specs, len(group))
+            return self.df.add(reduce, up)
         return self.df.add(ReduceCollection(group, specs), up)
 
     def p_Distinct(self, plan: lp.Distinct) -> Node:

@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import ViewError
 from engine.postgres import snapshot
-from engine.postgres.arrow_snapshot import arrow_readable
+from engine.postgres.arrow_snapshot import QUERY_ERRORS, arrow_readable
 from engine.postgres.snapshot import read_table, snapshot_reader
 from engine.sql.catalog import DictCatalog
 
@@ -104,6 +104,17 @@ def test_the_arrow_read_sees_the_snapshot_only(pg_dsn, pg_conn, typed):
         got = sorted(r[0] for b in reader.read_table(typed, ["i4"]) for r in b.rows)
         again = sorted(r[0] for b in reader.read_table(typed, ["i4"], "i4 > 500") for r in b.rows)
     assert got == list(range(1, 1001)) and again == list(range(501, 1001))
+
+
+def test_a_query_runs_in_the_snapshot_and_a_failing_one_leaves_it_usable(pg_dsn, pg_conn, typed):
+    pg_conn.execute("INSERT INTO public.typed (i4) SELECT g FROM generate_series(1, 100) g")
+    with snapshot_reader(pg_dsn) as reader:
+        pg_conn.execute("DELETE FROM public.typed WHERE i4 <= 50")
+        with pytest.raises(QUERY_ERRORS, match="division by zero"):
+            reader.query_arrow("SELECT sum(i4 / 0) FROM public.typed")
+        got = reader.query_arrow("SELECT count(*), sum(i4)::text FROM public.typed")
+        rows = sorted(r[0] for b in reader.read_table(typed, ["i4"]) for r in b.rows)
+    assert got.to_pylist() == [{"count": 100, "sum": "5050"}] and rows == list(range(1, 101))
 
 
 def test_progress_and_errors_as_the_row_reader(pg_dsn, pg_conn, typed):

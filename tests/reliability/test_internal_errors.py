@@ -1,8 +1,7 @@
 """Fault: an internal error (a bug raised inside an operator; a state directory that is missing
 or corrupt) sends the view back to population by itself (runner local).
 
-The bug is injected into the columnar reduce's ``process`` (the operator the ``totals`` view
-runs), failing a given number of its calls; everything else is real: Postgres, the slot, the
+The bug is injected into the columnar reduce (the operator the ``totals`` view runs), failing a given number of its calls; everything else is real: Postgres, the slot, the
 RocksDB state. Afterwards the views equal their queries; ``list_views`` keeps the error; a view
 that fails every time ends in ``error`` after the capped attempts while the others keep running.
 """
@@ -31,17 +30,19 @@ def _status(engine):
 
 @pytest.fixture
 def failing_reduce(monkeypatch):
-    """``fail[0]`` calls of the columnar reduce's ``process`` raise (then it works again)."""
+    """``fail[0]`` calls of the columnar reduce's ``_finish`` raise (then it works again): the
+    end of a time's work, whether its rows came through the dataflow or its population's groups
+    from Postgres (``preload``)."""
     fail = [0]
-    process = ColumnarReduceCollection.process
+    finish = ColumnarReduceCollection._finish
 
-    def buggy(self, time, deltas):
+    def buggy(self, *args):
         if fail[0] > 0:
             fail[0] -= 1
             raise RuntimeError("injected operator bug")
-        return process(self, time, deltas)
+        return finish(self, *args)
 
-    monkeypatch.setattr(ColumnarReduceCollection, "process", buggy)
+    monkeypatch.setattr(ColumnarReduceCollection, "_finish", buggy)
     return fail
 
 

@@ -125,6 +125,11 @@ class ColumnarReduceCollection(StatefulCollection):
                 self.slots.setdefault((a.arg, a.filter), []).append(i)
         self.multisets: list[value_counts.ValueCounts] = []
 
+    #: the partial-aggregate query population may run instead of feeding the input rows
+    #: (``engine.sql.population_aggregate``; set by the physical planner)
+    population_query = None
+    _preloaded: tuple[list[pa.Array], np.ndarray] | None = None
+
     def open(self, store: StateStore | None) -> None:
         super().open(store)
         self.groups = GroupTable(self.table, self.dtype, self.cache_bytes)
@@ -140,6 +145,12 @@ class ColumnarReduceCollection(StatefulCollection):
         """The time's input as it came (sums are linear: no consolidation needed)."""
         delta = DiffBatch.concat(self._pending[0])
         self._pending = [[]]
+        if self._preloaded is not None:
+            if delta:
+                raise RuntimeError(f"{self.describe()}: input rows beside preloaded groups")
+            key_cols, records = self._preloaded
+            self._preloaded = None
+            return self._load(key_cols, records)
         if not delta and not self.always_process:
             return DiffBatch()
         return self.process(time, [delta])
@@ -168,6 +179,10 @@ class ColumnarReduceCollection(StatefulCollection):
         for j, ((arg, filt), members) in enumerate(self.slots.items()):
             self._multiset_aggregates(j, arg, filt, members, inp, keys, ids, old, new)
 
+        return self._finish(keys, firsts, old, present, new)
+
+    def _finish(self, keys, firsts, old, present, new) -> DiffBatch:
+        """Store the groups' new records; the output rows of those that changed."""
         if self.group_key:
             was, alive = present & (old["rows"] > 0), new["rows"] > 0
         else:
@@ -180,6 +195,40 @@ class ColumnarReduceCollection(StatefulCollection):
         except _NotColumnar:  # numeric NaN, an int sum past 64 bits: Python values
             reps = list(zip(*map(key_columns.key_values, firsts), strict=True)) if firsts else [()]
             return self._output_rows(reps, old, retract, new, insert)
+
+    # -- population from partial aggregates ---------------------------------------------------------
+    def preload(self, key_cols: list[pa.Array], parts: list[pa.Array]) -> None:
+        """Take the result of ``population_query`` (key columns of the group key's Arrow types;
+        the row count, then per aggregate its count and, for sum and avg, its sum as text):
+        at the next time, these groups enter the state and the output as if their rows had
+        come. Raises (ValueError, ArrowInvalid) when a sum does not fit the record (NaN,
+        Infinity, digits past the argument's scale, 38 digits): then nothing was taken."""
+        n = len(parts[0])
+        rec = np.zeros(n, dtype=self.dtype)
+        rec["rows"] = _int64s(parts[0])
+        at = 1
+        for i, a in enumerate(self.aggregates):
+            rec[f"n{i}"] = _int64s(parts[at])
+            at += 1
+            if a.kind in ("sum", "avg"):
+                typ = self.column_types[a.arg]  # type: ignore[index]
+                scale = typ.scale if pa.types.is_decimal(typ) else 0
+                rec[f"lo{i}"], rec[f"hi{i}"] = _int128s(parts[at], scale)
+                at += 1
+        if at != len(parts) or any(len(c) != n for c in key_cols):
+            raise ValueError("the partial aggregates do not match the reduce")
+        self._preloaded = (key_cols, rec)
+
+    def _load(self, key_cols: list[pa.Array], records: np.ndarray) -> DiffBatch:
+        if self.group_key:
+            firsts = [K.normalize_floats(c) for c in key_cols]
+            keys = K.key_bytes(firsts)
+        else:
+            firsts, keys = [], [_GLOBAL_KEY]
+        old, present = self.groups.fetch(keys)
+        if present.any() or len(set(keys)) != len(keys):
+            raise RuntimeError(f"{self.describe()}: preloaded groups must be new and distinct")
+        return self._finish(keys, firsts, old, present, records)
 
     def _output_columns(self, firsts, old, retract, new, insert) -> DiffBatch:
         """-old +new rows of the changed groups as one columnar batch."""
@@ -443,3 +492,19 @@ def _unscaled(v: object, typ: pa.DataType) -> int | None:
     if isinstance(v, Decimal):
         return int(v.scaleb(typ.scale, context=EXACT))
     return int(v)  # type: ignore[call-overload]
+
+
+def _int64s(col: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(col, 0), dtype=np.int64)
+
+
+def _int128s(text: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of the unscaled 128-bit values of decimal texts at ``scale`` (NULL: 0)."""
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    dec = pc.cast(text, pa.decimal128(38, scale))
+    pairs = np.frombuffer(
+        dec.buffers()[1], dtype=[("lo", "<u8"), ("hi", "<i8")], count=dec.offset + len(dec)
+    )[dec.offset :]
+    valid = np.asarray(pc.is_valid(dec), dtype=bool)
+    return np.where(valid, pairs["lo"], 0).astype(np.uint64), np.where(valid, pairs["hi"], 0)
