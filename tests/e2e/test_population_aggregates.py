@@ -1,8 +1,8 @@
 """End to end: GROUP BYs over one table populated from Postgres' partial aggregates.
 
 The columnar reduces whose population query (``engine.sql.population_aggregate``) Postgres runs
-take its groups instead of the table's rows; the table is not read unless something else in the
-view needs its rows (then the rows stop below the preloaded reduce). A sum that does not fit the
+take its groups instead of the table's rows, where the table then need not be read at all (a
+table whose rows another collection of the view needs is read, and its GROUP BY takes them). A sum that does not fit the
 reduce's record (a numeric NaN) sends that reduce back to the rows. After population and after
 every random transaction and ``catch_up()``, each result table equals its query run by Postgres
 (EXCEPT ALL both ways): the preloaded records are the ones the rows would have built.
@@ -31,13 +31,16 @@ VIEWS = {
     # the lower GROUP BY is preloaded, the upper one counts its output rows
     "nested": "SELECT n, count(*) AS groups FROM (SELECT g, count(*) AS n FROM t GROUP BY g) a "
     "GROUP BY n",
-    # t also feeds a join: t is read, its rows stop below the preloaded reduce
+    # two preloaded GROUP BYs over t: t is not read
+    "two": "SELECT g, count(*) AS n, sum(x) AS s FROM t GROUP BY g UNION ALL "
+    "SELECT k, count(*), sum(q) FROM t WHERE x > 0 GROUP BY k",
+    # t also feeds a join: t is read for it, and its GROUP BY takes the rows too
     "shared": "SELECT a.g, a.n, t.id FROM (SELECT g, count(*) AS n, sum(x) AS s FROM t GROUP BY g) a "
     "JOIN t ON t.g = a.g WHERE t.k = 1",
     # a NaN in u: the sum does not fit the record, the reduce reads u's rows
     "with_nan": "SELECT g, sum(y) AS s, count(*) AS n FROM u GROUP BY g",
 }
-PRELOADED = {"q1_shape", "overall", "over_nothing", "by_date", "nested", "shared", "with_nan"}
+PRELOADED = {"q1_shape", "overall", "over_nothing", "by_date", "nested", "two", "with_nan"}
 
 
 def _row(rng: random.Random, i: int) -> tuple:
@@ -82,7 +85,7 @@ def test_preloaded_group_bys_equal_their_queries(pg_dsn, tmp_path, monkeypatch, 
             with caplog.at_level(logging.INFO, logger="engine.population"):
                 for name, sql in VIEWS.items():
                     eng.create_view(name, sql)
-            assert len(queries) == len(PRELOADED)
+            assert len(queries) == len(PRELOADED) + 1  # two's two GROUP BYs
             assert "read row by row (ArrowInvalid" in caplog.text
             assert caplog.text.count("read row by row") == 1  # only with_nan's
             check(conn, "after population")
