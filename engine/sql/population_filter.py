@@ -3,11 +3,14 @@
 Postgres does not ship rows no scan of the view needs.
 
 Only predicates whose Postgres evaluation is certainly the same as incview's, and which cannot
-raise, are rendered: comparisons (=, <>, <, <=, >, >=) between integer/numeric/double/boolean
-columns and numeric or boolean literals (or between two such columns), ``IS [NOT] NULL`` on any
-column, combined with AND / OR / NOT. Text is left out (Postgres compares by the database's
-collation, incview by code point), so are ``real`` (float4 widening) and every computed
-expression (a scalar error belongs to the view's errs stream, not to a failed COPY). An AND keeps
+raise, are rendered: comparisons (=, <>, <, <=, >, >=, BETWEEN) between integer/numeric/double/
+boolean/date/timestamp columns and numeric or boolean literals, date or timestamp literals of
+years 1-9999 and such a literal plus or minus an interval literal (TPC-H's ``date '1994-01-01' +
+interval '1' year``), or between two such columns; ``IS [NOT] NULL`` on any column, combined
+with AND / OR / NOT. Text is left out (Postgres compares by the database's collation, incview by
+code point), so are ``real`` (float4 widening), timestamptz (its literals read in the session's
+time zone) and every other computed expression (a scalar error belongs to the view's errs
+stream, not to a failed COPY). An AND keeps
 its renderable conjuncts (a weaker filter is still correct); an OR or NOT needs all of its parts.
 A table scanned several times gets the OR of its scans' clauses, and no clause at all when one of
 its scans has none. The dataflow applies every filter anyway: this only saves reading. This
@@ -15,6 +18,8 @@ module must not change results.
 """
 
 from __future__ import annotations
+
+import datetime
 
 from sqlglot import exp
 
@@ -28,8 +33,12 @@ _COMPARABLE = (
     TypeKind.NUMERIC,
     TypeKind.DOUBLE,
     TypeKind.BOOLEAN,
+    TypeKind.DATE,
+    TypeKind.TIMESTAMP,  # not timestamptz: its literals read in the session's time zone
 )
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+_TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP)
+_INTERVAL_UNITS = ("YEAR", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND")
 
 
 def _quote(name: str) -> str:
@@ -48,6 +57,38 @@ def _operand(e: exp.Expression, kinds: dict[str, TypeKind]) -> str | None:
         return f"-{e.this.this}" if _is_number(e.this.this) else None
     if isinstance(e, exp.Boolean):
         return "true" if e.this else "false"
+    return time_constant(e)
+
+
+def time_constant(e: exp.Expression) -> str | None:
+    """A date or timestamp literal, or one plus or minus an interval literal (TPC-H's
+    ``date '1998-12-01' - interval '90' day``): SQL that cannot fail or mean anything else."""
+    if isinstance(e, exp.Paren):
+        return time_constant(e.this)
+    if isinstance(e, exp.Cast) and e.to.this in _TIME_TYPES:
+        literal = e.this
+        if not (isinstance(literal, exp.Literal) and literal.is_string):
+            return None
+        try:  # a plain date (and time) of years 1-9999: no error, no special value
+            datetime.datetime.fromisoformat(literal.this.strip())
+        except ValueError:
+            return None
+        return e.sql(dialect="postgres")
+    if isinstance(e, exp.Add | exp.Sub) and isinstance(e.expression, exp.Interval):
+        base, interval = time_constant(e.this), e.expression
+        unit = interval.args.get("unit")
+        amount = interval.this.this if isinstance(interval.this, exp.Literal) else ""
+        words = amount.split()
+        if len(words) == 2 and unit is None:  # INTERVAL '90 DAY'
+            amount, unit_name = words
+        else:
+            unit_name = unit.name if unit is not None else ""
+        if base is None or not amount.isdigit() or int(amount) > 100_000:
+            return None
+        if unit_name.upper().rstrip("S") not in _INTERVAL_UNITS:
+            return None
+        op = "+" if isinstance(e, exp.Add) else "-"
+        return f"({base} {op} INTERVAL '{int(amount)} {unit_name.upper()}')"
     return None
 
 
@@ -62,6 +103,11 @@ def _is_number(text: str) -> bool:
 def _render(e: exp.Expression, kinds: dict[str, TypeKind], top: bool) -> str | None:
     if isinstance(e, exp.Paren):
         return _render(e.this, kinds, top)
+    if isinstance(e, exp.Between) and not e.args.get("symmetric"):
+        value, low, high = (_operand(e.args.get(k), kinds) for k in ("this", "low", "high"))
+        if value is None or low is None or high is None or not isinstance(e.this, exp.Column):
+            return None
+        return f"{value} >= {low} AND {value} <= {high}"
     if {k for k, v in e.args.items() if v} - {"this", "expression", "negate"}:
         return None  # a flag this module does not know: leave the predicate to the dataflow
     if isinstance(e, exp.And):

@@ -42,6 +42,7 @@ from sqlglot import exp
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field, LogicalPlan
+from engine.sql.population_filter import time_constant
 from engine.sql.rules.scope import (
     and_all,
     conjuncts,
@@ -123,16 +124,15 @@ _SCAN_SAFE = (
 
 def scan_safe(e: exp.Expression) -> bool:
     """Can Postgres evaluate ``e`` in the population COPY's WHERE without raising?"""
-    for n in e.walk():
-        if isinstance(n, exp.Cast):
-            if not isinstance(n.this, (exp.Literal, exp.Null)):
-                return False
-            continue
-        if not isinstance(n, _SCAN_SAFE):
-            return False
-        if isinstance(n, exp.In) and n.args.get("query") is not None:
-            return False
-    return True
+    if isinstance(e, exp.Add | exp.Sub):  # a date literal +- an interval literal only
+        return time_constant(e) is not None
+    if isinstance(e, exp.Cast):
+        return isinstance(e.this, (exp.Literal, exp.Null))
+    if not isinstance(e, _SCAN_SAFE):
+        return False
+    if isinstance(e, exp.In) and e.args.get("query") is not None:
+        return False
+    return all(scan_safe(c) for c in e.iter_expressions())
 
 
 def _untyped(e: exp.Expression) -> bool:
