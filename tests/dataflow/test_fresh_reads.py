@@ -17,8 +17,10 @@ def test_written_keys_never_says_absent_for_a_written_key():
     keys = [i.to_bytes(8, "big") + b"k" for i in range(50_000)]
     assert not w.maybe(keys[:5]).any() and not w.may_hold(keys[0])
     w.add(keys[:20_000])  # a batch (numpy)
-    for k in keys[20_000:20_010]:  # one by one (Python)
+    for k in keys[20_000:20_005]:  # one by one (Python)
         w.add([k])
+    for k in keys[20_005:20_010]:
+        w.add_one(k)
     assert w.maybe(keys[:20_010]).all()
     assert all(w.may_hold(k) for k in keys[:20_010:97])
     # the rest were never written: almost all of them are known absent

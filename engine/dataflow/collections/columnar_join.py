@@ -27,7 +27,9 @@ tables), and reads only committed state.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -196,8 +198,8 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         rank[np.asarray(order, np.int64)] = np.arange(nk)
         raws = self.entries.get_many(heads)
 
-        hot = np.fromiter((v == HOT for v in raws), bool, nk)
-        present = np.fromiter((v is not None for v in raws), bool, nk) & ~hot
+        hot = np.fromiter(map(operator.eq, raws, repeat(HOT)), bool, nk)  # C loops, ~3x
+        present = np.fromiter(map(operator.is_not, raws, repeat(None)), bool, nk) & ~hot
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
         if hot.any():  # the changes to hot keys go the row join's way
             lh, rh = hot[lkid], hot[rkid]

