@@ -270,6 +270,11 @@ class StateTable:
         self._cf = None
         self._handle = None
 
+    @property
+    def filling(self) -> bool:
+        """Whether the table is being filled from empty (``StateStore.fresh_reads``)."""
+        return self._written is not None
+
     def _watch_writes(self) -> None:
         """Start remembering written keys, if the table holds nothing yet."""
         it = self._cf.iter()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
+import pytest
 
 from engine.dataflow.columnar.group_table import GroupTable
 from engine.dataflow.state.store import StateStore
@@ -12,13 +14,27 @@ from engine.dataflow.state.store import StateStore
 DTYPE = np.dtype([("count", "<i8"), ("sum", "<i8")])
 
 
-def test_records_round_trip_through_eviction_deletes_and_rollback(tmp_path):
+@pytest.mark.parametrize("filling", [False, True], ids=["cached", "filled from empty"])
+def test_records_round_trip_through_eviction_deletes_and_rollback(tmp_path, filling):
     rng = random.Random(5)
     with StateStore(tmp_path / "s") as store:
         groups = GroupTable(store.table("g", "point"), DTYPE, cache_bytes=0)  # 1,024 groups
+        fill = store.fresh_reads() if filling else contextlib.nullcontext()
+        fill.__enter__()
+        assert groups.table.filling == filling
         model: dict[bytes, tuple[int, int]] = {}
         for t in range(1, 40):
-            keys = list({b"k%05d" % rng.randrange(3000) for _ in range(rng.choice([5, 400, 900]))})
+            if t == 25:  # population over: the same table and cache go on as usual
+                fill.__exit__(None, None, None)
+            # batches of new groups (population over a source clustered by the key) and of
+            # groups seen before
+            fresh = t % 3 == 0
+            n = rng.choice([5, 400, 900])
+            keys = list(
+                {b"n%03d%04d" % (t, i) for i in range(n)}
+                if fresh
+                else {b"k%05d" % rng.randrange(3000) for _ in range(n)}
+            )
             records, present = groups.fetch(keys)
             assert present.tolist() == [k in model for k in keys]
             assert [tuple(r) for r in records.tolist()] == [model.get(k, (0, 0)) for k in keys]
