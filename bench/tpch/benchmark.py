@@ -9,6 +9,7 @@ Steps (all on one database, in this order):
   5. refresh streams, ``reps`` times each of RF1, RF2, UF: the stream's transaction commits,
      then ``catch_up`` is timed (commit -> every view caught up), with ``PhaseTimes`` giving each
      view's time alone; then ``REFRESH MATERIALIZED VIEW`` of every view is timed on that data;
+     the stream's own transaction time is the writer's "attached, the engine caught up";
   6. sustained: a writer process commits ``rounds`` x (RF1, RF2, UF) back to back while the
      engine runs ``catch_up`` in a loop; changes/s = rows changed / (first commit -> all
      applied); the writer's transaction times are those "with incview attached";
@@ -69,6 +70,8 @@ class RunResult:
     breakdowns: dict[str, str] = field(default_factory=dict)  # kind -> median run's phases
     writer_without: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     writer_with: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    #: step 5's stream transactions: incview attached, the engine caught up before each
+    writer_idle: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     sustained_changes: int = 0
     sustained_s: float = 0.0
     writer_s: float = 0.0
@@ -233,7 +236,8 @@ def run(
             for rep in range(reps):
                 for kind in KINDS:
                     stream = streams.next(kind)
-                    changed, _ = stream.apply(conn)
+                    changed, seconds = stream.apply(conn)
+                    res.writer_idle[kind].append(seconds)
                     phases.reset()
                     t0 = time.perf_counter()  # committed
                     engine.catch_up(timeout_s=3600)
