@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from engine.dataflow.state.entry_cache import EntryCache
 from engine.dataflow.state.store import StateStore
 
@@ -71,3 +73,33 @@ def test_a_write_larger_than_a_generation_keeps_its_newest_entries(tmp_path):
         cache.hits = 0
         cache.get_many(keys[-cache.cached_entries :])
         assert cache.hits == cache.cached_entries
+
+
+def test_filling_from_empty_reads_as_the_model_says(tmp_path):
+    """Population (``fresh_reads``): batches of mostly new keys are not cached (and leave the
+    cache), batches of keys seen before are; every read is the last committed write."""
+    rng = random.Random(3)
+    committed: dict[bytes, bytes] = {}
+    with StateStore(tmp_path / "s") as store:
+        cache = EntryCache(store.table("t", "point"), cache_bytes=400 * 150)
+        with store.fresh_reads():
+            assert cache.table.filling
+            for t in range(1, 50):
+                old = {b"k%04d" % rng.randrange(600) for _ in range(rng.randrange(1, 300))}
+                if t % 3 == 0:  # mostly new keys, a few cached ones among them
+                    old = set(list(old)[:5]) | {b"n%02d-%03d" % (t, i) for i in range(200)}
+                keys = list(old)
+                assert cache.get_many(keys) == [committed.get(k) for k in keys]
+                values = [b"v%d-%d" % (t, i) for i in range(len(keys))]
+                cache.put_many(keys, values)
+                gone = [k for k in keys[::7]]
+                cache.delete_many(gone)
+                if t % 11 == 0:
+                    store.rollback()
+                    continue
+                store.commit(t)
+                committed.update(zip(keys, values, strict=True))
+                for k in gone:
+                    committed.pop(k)
+        everything = sorted(committed) + [b"never"]
+        assert cache.get_many(everything) == [committed.get(k) for k in everything]

@@ -13,18 +13,25 @@ keeps only its newest entries (and drops both generations: none of them can be s
 
 The cache may hold the writes of the time in progress: the dataflow commits or rolls back a time
 before the next one starts, and a rollback (``StateStore.rollbacks`` moved) empties the cache, so
-a read never sees a discarded write. Used by the columnar join's key entries; ``GroupTable`` is
-the fixed-width-record analogue.
+a read never sees a discarded write. While the table is filled from empty (population,
+``StateTable.filling``), a ``put_many`` after a read that found under a quarter of its keys is
+not cached (its keys leave the cache): a source clustered by the key brings new keys chunk after
+chunk. Used by the columnar join's key entries; ``GroupTable`` is the fixed-width-record
+analogue.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import repeat
 
 from engine.dataflow.state.store import StateTable
 
 #: rough Python overhead of one cached entry (dict slot, key and value objects)
 _ENTRY_OVERHEAD = 120
+#: while a table is filled from empty, a batch's writes are cached only when at least this
+#: share of its keys was there before
+_RECURRING = 0.25
 
 
 class EntryCache:
@@ -37,6 +44,7 @@ class EntryCache:
         self._rollbacks = table.store.rollbacks
         self.hits = 0
         self.misses = 0
+        self._recurring = True  # whether the last get_many found most of its keys (filling)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Each key's value (None: absent), from the cache or one read of the misses."""
@@ -54,11 +62,24 @@ class EntryCache:
             raws = self.table.get_many([keys[i] for i in miss])
             for i, raw in zip(miss, raws, strict=True):
                 out[i] = raw
+        if self.table.filling:
+            self._recurring = len(keys) - out.count(None) >= _RECURRING * len(keys)
         return out  # type: ignore[return-value]
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         self.table.put_many(keys, values)
+        if self.table.filling and not self._recurring:
+            # population filling the state from empty, a batch of mostly new keys (a source
+            # clustered by the key): caching them only churns the generations; the batch's
+            # keys leave the cache, which must not keep an older value of one
+            self._forget(keys)
+            return
         self._remember(keys, values, sum(map(len, values)))
+
+    def _forget(self, keys: list[bytes]) -> None:
+        for d in (self._young, self._old):
+            if d:
+                deque(map(d.pop, keys, repeat(None)), maxlen=0)
 
     def put(self, key: bytes, value: bytes) -> None:
         self.table.put(key, value)
