@@ -138,6 +138,9 @@ class PopulationMixin:
         to the reduce; returns the nodes to mute. A query that fails or whose sums do not fit
         leaves its reduce to the rows (logged)."""
         mutes = []
+        for node in view.physical.dataflow.nodes:  # nothing left from a population that failed
+            if getattr(node.collection, "population_query", None) is not None:
+                node.collection.clear_preload()
         for node, top in preloaded_reduces.candidates(view.physical.dataflow):
             reduce = node.collection
             query = reduce.population_query
@@ -148,8 +151,10 @@ class PopulationMixin:
                 if result is None:
                     continue
                 keys = [
-                    typed_column(source, f"group key {i + 1}", result.column(i).combine_chunks(), t)
-                    for i, t in enumerate(query.key_types)
+                    typed_column(source, name, result.column(i).combine_chunks(), t)
+                    for i, (name, t) in enumerate(
+                        zip(query.key_names, query.key_types, strict=True)
+                    )
                 ]
                 if not all(isinstance(k, pa.Array) for k in keys):
                     raise ValueError("a numeric NaN or Infinity in a group key")

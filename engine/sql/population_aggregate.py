@@ -49,6 +49,7 @@ class AggregateQuery:
 
     table: str
     sql: str
+    key_names: tuple[str, ...]
     key_types: tuple[pa.DataType, ...]
     layout: tuple[int, ...]
 
@@ -78,13 +79,14 @@ def aggregate_query(
                 return None
             where.append(p)
     scope = _Scope(plan.input.fields, scan)
-    items, key_types = [], []
+    items, key_names, key_types = [], [], []
     for key in columns[:ngroup]:
         field = scope.field(key) if isinstance(key, exp.Column) else None
         read = read_as(field.type) if field is not None else None
         if read is None or field.type.kind in (TypeKind.DOUBLE, TypeKind.REAL):
             return None
         items.append(read[0].format(_quote(field.name)))
+        key_names.append(field.name)
         key_types.append(read[1])
     parts = ["count(*)"]
     for a in aggregates:
@@ -113,7 +115,8 @@ def aggregate_query(
     if ngroup:
         sql += " GROUP BY " + ", ".join(str(i + 1) for i in range(ngroup))
     layout = tuple(ngroup + distinct.index(p) for p in parts)
-    return AggregateQuery(f"{scan.schema}.{scan.table}", sql, tuple(key_types), layout)
+    table = f"{scan.schema}.{scan.table}"
+    return AggregateQuery(table, sql, tuple(key_names), tuple(key_types), layout)
 
 
 class _Scope:

@@ -217,7 +217,14 @@ class ColumnarReduceCollection(StatefulCollection):
                 at += 1
         if at != len(parts) or any(len(c) != n for c in key_cols):
             raise ValueError("the partial aggregates do not match the reduce")
+        # the keys in the reduce's own types: the CDC's rows must find these groups
+        wanted = [self.column_types[i] for i in self.group_key]
+        key_cols = [c if c.type == t else c.cast(t) for c, t in zip(key_cols, wanted, strict=True)]
         self._preloaded = (key_cols, rec)
+
+    def clear_preload(self) -> None:
+        """Forget groups taken by ``preload`` and not applied yet (a population that failed)."""
+        self._preloaded = None
 
     def _load(self, key_cols: list[pa.Array], records: np.ndarray) -> DiffBatch:
         if self.group_key:
