@@ -12,7 +12,8 @@ columns (read as the population reads them, ``arrow_snapshot``); count(*), count
 avg(x) with FILTERs; arguments and predicates built from numeric (declared precision) and
 integer columns, numeric literals, + - * of numerics (integer arithmetic can overflow: that is
 the errs stream's, not the query's), comparisons of numbers, dates and timestamps (without time
-zone: a timestamptz literal reads in the session's zone) with date/timestamp/interval literals,
+zone: a timestamptz literal reads in the session's zone) with date/timestamp literals and such a
+literal plus or minus an interval literal (``population_filter.time_constant``),
 BETWEEN, IN of numbers, IS [NOT] NULL, AND/OR/NOT. No text comparison (Postgres compares by the
 database's collation), no division, no function. Every predicate above the scan must render (a
 weaker WHERE would count rows the view does not). A query that fails, or sums that do not fit
@@ -31,6 +32,7 @@ from sqlglot import exp
 from engine.dataflow.aggregates import Aggregate
 from engine.postgres.arrow_snapshot import read_as
 from engine.sql import logical_plan as lp
+from engine.sql.population_filter import is_number, time_constant
 from engine.sql.types import TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
@@ -150,8 +152,7 @@ def _kind(field: lp.Field) -> str | None:
 
 
 def _value(e: exp.Expression, scope: _Scope) -> tuple[str, str, bool] | None:
-    """(SQL, kind, nullable) of a value expression: kind num/int/lit (numbers), date, ts,
-    interval, bool."""
+    """(SQL, kind, nullable) of a value expression: kind num/int/lit (numbers), date, ts, bool."""
     if isinstance(e, exp.Paren):
         return _value(e.this, scope)
     if isinstance(e, exp.Column):
@@ -161,19 +162,15 @@ def _value(e: exp.Expression, scope: _Scope) -> tuple[str, str, bool] | None:
             return None
         return _quote(field.name), kind, field.nullable  # type: ignore[union-attr]
     if isinstance(e, exp.Literal) and not e.is_string:
-        return (e.this, "lit", False) if _is_number(e.this) else None
+        return (e.this, "lit", False) if is_number(e.this) else None
     if isinstance(e, exp.Neg):
         inner = _value(e.this, scope)
         return (f"(-{inner[0]})", *inner[1:]) if inner and inner[1] in ("num", "lit") else None
     if isinstance(e, exp.Boolean):
         return ("true" if e.this else "false", "bool", False)
-    if isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal) and e.this.is_string:
-        kind = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "ts"}.get(
-            e.to.this  # type: ignore[arg-type]
-        )
-        return (e.sql(dialect="postgres"), kind, False) if kind else None
-    if isinstance(e, exp.Interval) and isinstance(e.this, exp.Literal):
-        return e.sql(dialect="postgres"), "interval", False
+    constant = time_constant(e)  # a date/timestamp literal, +- an interval literal
+    if constant is not None:
+        return constant, "ts", False
     if isinstance(e, exp.Add | exp.Sub | exp.Mul):
         a, b = _value(e.this, scope), _value(e.expression, scope)
         if a is None or b is None:
@@ -182,8 +179,6 @@ def _value(e: exp.Expression, scope: _Scope) -> tuple[str, str, bool] | None:
         kinds, nullable = {a[1], b[1]}, a[2] or b[2]
         if kinds <= {"num", "lit"}:  # numeric arithmetic: exact, cannot fail
             return f"({a[0]} {op} {b[0]})", "num" if "num" in kinds else "lit", nullable
-        if op != "*" and a[1] in _TIMES and b[1] == "interval":
-            return f"({a[0]} {op} {b[0]})", "ts", nullable
         return None
     return None
 
@@ -228,11 +223,3 @@ def _comparable(a: str, b: str) -> bool:
     if a in _TIMES and b in _TIMES:
         return True
     return a == b == "bool"
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -52,9 +52,9 @@ def _operand(e: exp.Expression, kinds: dict[str, TypeKind]) -> str | None:
         kind = kinds.get(e.name)
         return _quote(e.name) if kind in _COMPARABLE else None
     if isinstance(e, exp.Literal) and not e.is_string:
-        return e.this if _is_number(e.this) else None
+        return e.this if is_number(e.this) else None
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
-        return f"-{e.this.this}" if _is_number(e.this.this) else None
+        return f"-{e.this.this}" if is_number(e.this.this) else None
     if isinstance(e, exp.Boolean):
         return "true" if e.this else "false"
     return time_constant(e)
@@ -92,7 +92,7 @@ def time_constant(e: exp.Expression) -> str | None:
     return None
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
