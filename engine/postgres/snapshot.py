@@ -394,11 +394,8 @@ class SnapshotReader:
         with _read_errors(table), self.conn.cursor() as cur:
             cur.execute(f"{query} LIMIT 0")
             estimate = _row_estimate(cur, table) if progress is not None else None
-        if self._arrow is None:
-            assert self._conninfo is not None
-            self._arrow = ArrowSnapshot(self._conninfo, self.export_snapshot())
         done = 0
-        for read in self._arrow.read(table, columns, where_sql):
+        for read in self._arrow_reader().read(table, columns, where_sql):
             for batch in read.slices(batch_rows):
                 done += len(batch)
                 if progress is not None:
@@ -412,9 +409,14 @@ class SnapshotReader:
         Arrow reader. A failing query raises; the snapshot's transaction goes on."""
         if self._conninfo is None or arrow_snapshot.adbc is None:
             return None
+        return self._arrow_reader().query(query)
+
+    def _arrow_reader(self) -> ArrowSnapshot:
+        """The ADBC connection in this reader's snapshot, opened on first use."""
         if self._arrow is None:
+            assert self._conninfo is not None
             self._arrow = ArrowSnapshot(self._conninfo, self.export_snapshot())
-        return self._arrow.query(query)
+        return self._arrow
 
     def close(self) -> None:
         """Close the Arrow reader's connection (the reader's own transaction is the caller's)."""

@@ -507,11 +507,5 @@ def _int64s(col: pa.Array) -> np.ndarray:
 
 def _int128s(text: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of the unscaled 128-bit values of decimal texts at ``scale`` (NULL: 0)."""
-    if isinstance(text, pa.ChunkedArray):
-        text = text.combine_chunks()
-    dec = pc.cast(text, pa.decimal128(38, scale))
-    pairs = np.frombuffer(
-        dec.buffers()[1], dtype=[("lo", "<u8"), ("hi", "<i8")], count=dec.offset + len(dec)
-    )[dec.offset :]
-    valid = np.asarray(pc.is_valid(dec), dtype=bool)
-    return np.where(valid, pairs["lo"], 0).astype(np.uint64), np.where(valid, pairs["hi"], 0)
+    hi, lo, _ = value_counts.wide_column(pc.cast(text, pa.decimal128(38, scale)))
+    return lo, hi

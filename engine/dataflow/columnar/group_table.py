@@ -22,12 +22,10 @@ from itertools import islice, repeat
 import numpy as np
 
 from engine.dataflow.state.store import StateTable
+from engine.dataflow.state.written_keys import mostly_known
 
 #: rough Python overhead of one cached group (dict entry + key bytes object), for the budget
 _ENTRY_OVERHEAD = 120
-#: while a table is filled from empty, a batch's new groups are cached only when at least this
-#: share of its groups was there before
-_RECURRING = 0.25
 
 
 class GroupTable:
@@ -66,7 +64,7 @@ class GroupTable:
                 out[found] = np.frombuffer(blob, dtype=self.dtype)
                 present[found] = True
         self._fetched = slots
-        self._recurring = bool(n) and present.mean() >= _RECURRING
+        self._recurring = mostly_known(int(present.sum()), n)
         return out, present
 
     # -- writes -----------------------------------------------------------------------------------
@@ -89,11 +87,9 @@ class GroupTable:
         if self.table.filling and (
             not self._recurring or len(slot_of) + len(new) > self.max_groups
         ):
-            # population fills the state from empty: a batch of mostly new groups (a source
-            # clustered by the group key, TPC-H Q18's 1.5M groups by l_orderkey) would only
-            # churn the cache (~1 s of slots and evictions there), its reads of groups never
-            # written are skipped anyway (state.written_keys); a batch of groups seen before
-            # (Q13's customers, in every chunk of orders) is cached while it fits
+            # population fills the state from empty: a batch of mostly new groups only churns
+            # the cache (Q18: ~1 s of slots and evictions; written_keys.mostly_known); one of
+            # groups seen before is cached while it fits
             new = new[:0]
         for i in new.tolist():  # new groups enter it
             s = free.pop() if free else self._grow()

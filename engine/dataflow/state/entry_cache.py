@@ -26,12 +26,10 @@ from collections import deque
 from itertools import repeat
 
 from engine.dataflow.state.store import StateTable
+from engine.dataflow.state.written_keys import mostly_known
 
 #: rough Python overhead of one cached entry (dict slot, key and value objects)
 _ENTRY_OVERHEAD = 120
-#: while a table is filled from empty, a batch's writes are cached only when at least this
-#: share of its keys was there before
-_RECURRING = 0.25
 
 
 class EntryCache:
@@ -63,15 +61,15 @@ class EntryCache:
             for i, raw in zip(miss, raws, strict=True):
                 out[i] = raw
         if self.table.filling:
-            self._recurring = len(keys) - out.count(None) >= _RECURRING * len(keys)
+            self._recurring = mostly_known(len(keys) - out.count(None), len(keys))
         return out  # type: ignore[return-value]
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         self.table.put_many(keys, values)
         if self.table.filling and not self._recurring:
-            # population filling the state from empty, a batch of mostly new keys (a source
-            # clustered by the key): caching them only churns the generations; the batch's
-            # keys leave the cache, which must not keep an older value of one
+            # population filling the state from empty, a batch of mostly new keys
+            # (written_keys.mostly_known): the batch's keys leave the cache instead, which must
+            # not keep an older value of one
             self._forget(keys)
             return
         self._remember(keys, values, sum(map(len, values)))

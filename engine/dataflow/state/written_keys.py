@@ -19,6 +19,20 @@ from __future__ import annotations
 
 import numpy as np
 
+#: while a table is filled, a batch is worth caching when at least this share of its keys was
+#: already there (``mostly_known``)
+_KNOWN_SHARE = 0.25
+
+
+def mostly_known(found: int, keys: int) -> bool:
+    """Whether a batch that found ``found`` of its ``keys`` keys in a table being filled is worth
+    caching: a source clustered by the key brings new keys chunk after chunk (TPC-H Q18's 1.5M
+    groups by ``l_orderkey``, each seen once), caching them only churns the caches of
+    ``GroupTable`` and ``EntryCache``; keys seen before (Q13's customers, in every chunk of
+    orders) come back."""
+    return keys > 0 and found >= _KNOWN_SHARE * keys
+
+
 #: bits of the bitmap (8 MB): ~9% false "maybe" at 6M keys, ~2% at 1.5M
 _BITS = 1 << 26
 #: past this many keys added the filter answers "maybe" for everything (too full to help)
