@@ -27,6 +27,7 @@ from engine.errors import ViewError
 from engine.free_memory import release_free_memory
 from engine.population_progress import PopulationProgress
 from engine.postgres.arrow_snapshot import QUERY_ERRORS, typed_column
+from engine.postgres.read_ahead import read_ahead
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.waiting import waits_reported
 from engine.sql.catalog import SourceTable
@@ -59,7 +60,10 @@ class PopulationMixin:
         view.save_tree(
             self.reader.ensure(sorted(view.inputs), create_slot=False, adopt_children=True)
         )
+        # the state is written without RocksDB's log and flushed at the end: a population cut
+        # short starts again from empty state anyway
         with (
+            view.physical.dataflow.store.unlogged(),
             snapshot_reader(self.dsn) as reader,
             waits_reported(
                 reader.conn,
@@ -123,13 +127,12 @@ class PopulationMixin:
 
             with view.population_sink() as sink:
                 written = sink.populate(outputs(), lsn)
-            snap = reader.snapshot
-        df = view.physical.dataflow
-        view.save_snapshot(snap)
-        df.commit(final)
+            view.save_snapshot(reader.snapshot)
+            view.physical.dataflow.commit(final)
         view.committed(final)
         self._replica_identity_full(view.result_name)
-        self._record_errors(view, df.errors())  # populating -> running (or error)
+        # populating -> running (or error)
+        self._record_errors(view, view.physical.dataflow.errors())
         release_free_memory()  # the population's batches are garbage now: give the pages back
         return written
 
@@ -183,11 +186,18 @@ class PopulationMixin:
                 self.spark, self.dsn, reader, tables, self.wait_timeout_s, df.reads_columns
             )
             return
-        for source, columns, where in tables:
-            name = source.qualified_name
-            arrow = df.reads_columns(name)
-            for batch in reader.read_table(source, list(columns), where, arrow=arrow):
-                yield name, batch
+
+        def batches() -> Iterator[tuple[str, DiffBatch]]:
+            for source, columns, where in tables:
+                name = source.qualified_name
+                arrow = df.reads_columns(name)
+                for batch in reader.read_table(source, list(columns), where, arrow=arrow):
+                    yield name, batch
+
+        # the next batches are read while the dataflow computes (two cores: ~a quarter of a
+        # join-heavy population was waiting for Postgres and the Arrow casts)
+        with read_ahead(batches()) as ahead:
+            yield from ahead
 
     def repopulate(self, name: str) -> None:
         """Recovery: send view ``name`` back to population (fresh state and snapshot; the result

@@ -32,6 +32,7 @@ from rocksdict import (
     RdictIter,
     ReadOptions,
     WriteBatch,
+    WriteOptions,
 )
 
 from engine.dataflow.state import parallel_reads
@@ -51,6 +52,15 @@ _PARALLEL_READ_KEYS = 2048
 #: a put_many/delete_many of at least this many keys stages them in key order (``key_order``)
 _SORTED_WRITE_KEYS = 256
 _SORTED_WRITE_MAX_KEY = 128
+
+
+def _unlogged_options() -> WriteOptions:
+    options = WriteOptions()
+    options.disable_wal = True
+    return options
+
+
+_UNLOGGED = _unlogged_options()
 
 
 def is_lock_error(exc: BaseException) -> bool:
@@ -138,6 +148,8 @@ class StateStore:
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
         self._closed = False
+        #: options of ``commit``'s writes (None: RocksDB's defaults, logged; see ``unlogged``)
+        self._write_options: WriteOptions | None = None
         self._fresh = False  # inside fresh_reads()
         #: how many times staged writes were discarded: in-memory caches of committed state
         #: that were updated with a discarded time's writes compare it and start over
@@ -195,6 +207,27 @@ class StateStore:
             for t in self._tables.values():
                 t._written = None
 
+    @contextmanager
+    def unlogged(self) -> Iterator[None]:
+        """Inside: commits skip RocksDB's write-ahead log; a block that ends normally flushes
+        every column family (waiting), so its writes are on disk when it returns.
+
+        For a population: a population cut short (a crash, an error) always starts again from
+        empty state (``Engine._repopulate``), so its writes need no log until it is done, and the
+        log cost 3/4 of writing them (2M entries of 200 bytes: ~1.3 s logged, ~0.3 s not)."""
+        self._write_options = _UNLOGGED
+        try:
+            yield
+        finally:
+            self._write_options = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every column family's memtable to disk and wait for it."""
+        self._db.flush(True)
+        for t in self._tables.values():
+            t._cf.flush(True)
+
     def drop_table(self, name: str) -> None:
         self._tables.pop(name, None)
         if name in Rdict.list_cf(str(self.path)):
@@ -216,7 +249,10 @@ class StateStore:
         if current is not None and time < current:
             raise StateError(f"commit of time {time} after time {current} in {self.path}")
         self._batch.put(_TIME_KEY, time.to_bytes(9, "big", signed=True))
-        self._db.write(self._batch)
+        if self._write_options is None:
+            self._db.write(self._batch)
+        else:
+            self._db.write(self._batch, self._write_options)
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
 
