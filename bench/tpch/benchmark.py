@@ -36,6 +36,7 @@ from bench.tpch.load import load
 from bench.tpch.phase_times import PhaseTimes
 from bench.tpch.process_memory import MemorySampler, reset_high_water
 from bench.tpch.queries import ViewQuery
+from bench.tpch.schema import TABLES
 from bench.tpch.streams import KINDS, RefreshStreams, Stream
 from bench.tpch.writer import start_writer
 from engine.engine import Engine
@@ -77,6 +78,8 @@ class RunResult:
     writer_s: float = 0.0
     peak_mb: dict[str, float] = field(default_factory=dict)
     state_bytes: int = 0
+    #: the TPC-H tables' size in Postgres (heap, TOAST and indexes), the yardstick of the state
+    source_bytes: int = 0
     spark_start_s: float = 0.0  # the SparkSession's start, before (not in) any population
     spark_first_batch_s: float = 0.0  # the streaming query's start and first batch
 
@@ -283,6 +286,7 @@ def run(
                 if not vr.equal:
                     log(f"{vr.view.label}: DIFFERS from its query: {vr.diff}")
             res.state_bytes = sum(vr.state_bytes or 0 for vr in live)
+            res.source_bytes = source_bytes(conn)
             log(f"equality checks: {sum(bool(v.equal) for v in live)}/{len(live)} views equal")
             for vr in live:
                 engine.drop_view(vr.view.name)
@@ -293,6 +297,16 @@ def run(
                 conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {vr.view.name}_mv")
             conn.close()
     return res
+
+
+def source_bytes(conn: psycopg.Connection) -> int:
+    """The TPC-H tables' total size in Postgres (``pg_total_relation_size``)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(pg_total_relation_size(format('%I', t)::regclass)), 0)::bigint"
+        " FROM unnest(%s::text[]) AS t",
+        (list(TABLES),),
+    ).fetchone()
+    return int(row[0])
 
 
 def _writer_line(times: dict[str, list[float]]) -> str:

@@ -142,7 +142,14 @@ def markdown(res: RunResult) -> str:
             if res.runner == "spark"
             else ""
         )
-        + f". State on disk: {res.state_bytes / 2**20:,.1f} MB.",
+        + f". State on disk: {res.state_bytes / 2**20:,.1f} MB"
+        + (
+            f" = {res.state_bytes / res.source_bytes:.2f}x the source tables' "
+            f"{res.source_bytes / 2**20:,.1f} MB in Postgres (heap, TOAST, indexes); target "
+            f"<= 2x {'holds' if res.state_bytes <= 2 * res.source_bytes else 'MISSES'}."
+            if res.source_bytes
+            else "."
+        ),
     ]
     if res.runner == "spark":
         lines.append(

@@ -41,3 +41,13 @@ def test_tpch_quick_run(tmp_path):
     assert re.search(
         r"^\| \*\*all views\*\* \|.*population (holds|MISSES) \(<= 3x\) \|$", table, re.M
     ), table
+    # the state beside the sources it mirrors (issue 14: state <= 2x the source tables)
+    state = re.search(
+        r"State on disk: ([\d,.]+) MB = ([\d.]+)x the source tables' ([\d,.]+) MB in Postgres"
+        r".*target <= 2x (holds|MISSES)",
+        table,
+    )
+    assert state, table
+    state_mb, ratio, source_mb = (float(state[i].replace(",", "")) for i in (1, 2, 3))
+    assert source_mb > 1 and state_mb > 0
+    assert ratio == pytest.approx(state_mb / source_mb, abs=0.01)
