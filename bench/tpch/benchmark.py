@@ -302,7 +302,7 @@ def run(
 def source_bytes(conn: psycopg.Connection) -> int:
     """The TPC-H tables' total size in Postgres (``pg_total_relation_size``)."""
     row = conn.execute(
-        "SELECT coalesce(sum(pg_total_relation_size(format('%I', t)::regclass)), 0)::bigint"
+        "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0)::bigint"
         " FROM unnest(%s::text[]) AS t",
         (list(TABLES),),
     ).fetchone()

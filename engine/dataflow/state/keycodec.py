@@ -71,8 +71,9 @@ def normalize_key(values: tuple) -> tuple:
 def encode_key(values: tuple) -> bytes:
     """Bytes equal iff the key tuples are equal under SQL equality (NULL = NULL here)."""
     for v in values:
-        if type(v) in _NEEDS_NORMALIZING:
-            return repr(tuple(map(_normalize, values))).encode()
+        if type(v) in _NEEDS_NORMALIZING:  # normalize only the numbers (a call per value costs)
+            needs = _NEEDS_NORMALIZING
+            return repr(tuple([_normalize(x) if type(x) in needs else x for x in values])).encode()
     return repr(values).encode()
 
 
