@@ -13,9 +13,10 @@ moving back would rewrite its rows again for little gain.
 ``HotKeys`` converts the hot keys' rows between the two forms and runs the two row-join steps of a
 time: ``pairs`` for the changes to keys that were already hot, ``promote`` for keys that become hot
 in this time (their rows after the time are loaded into the arrangement without output: the
-columnar step already emitted the time's pairs). An outer join asks it to track the padded sides:
-the arrangement then also keeps each hot key's weight total of the other side (``step`` says
-which rows gained or lost their last match).
+columnar step already emitted the time's pairs; an inner join's are written directly by
+``state.arrangement_load``). An outer join asks it to track the padded sides: the arrangement
+then also keeps each hot key's weight total of the other side (``step`` says which rows gained
+or lost their last match).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from engine.dataflow.columnar.codec_columns import python_rows
 from engine.dataflow.columnar.row_block import RowCodec, Rows
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, JoinStep
+from engine.dataflow.state.arrangement_load import load_new_keys
 from engine.dataflow.state.store import StateTable
 
 #: the columnar entry of a hot key (a packed entry always holds a 12-byte header)
@@ -58,6 +60,9 @@ class HotKeys:
     ) -> None:
         self.codecs = codecs
         tracks = {"track_left": track_left, "track_right": track_right}
+        self._table = table
+        self._keys = (left_key, right_key)
+        self._tracked = track_left or track_right
         self._join = DeltaJoin(table, left_key, right_key, residual, **tracks)
         self._load = DeltaJoin(table, left_key, right_key, None, pairs=False, **tracks)
 
@@ -75,4 +80,7 @@ class HotKeys:
     def promote(self, left: Rows, lw: np.ndarray, right: Rows, rw: np.ndarray) -> None:
         """Load the rows (after the time, weights ``lw``/``rw``) of keys that become hot."""
         lc, rc = self.codecs
-        self._load.step(tuples(lc, left, lw), tuples(rc, right, rw))
+        d_left, d_right = tuples(lc, left, lw), tuples(rc, right, rw)
+        # an inner join's keys load without the delta join (an outer join's count matches)
+        if self._tracked or not load_new_keys(self._table, *self._keys, d_left, d_right):
+            self._load.step(d_left, d_right)
