@@ -66,7 +66,7 @@ class PopulationMixin:
         # the state is written without RocksDB's log and flushed at the end: a population cut
         # short starts again from empty state anyway
         with (
-            view.physical.dataflow.store.unlogged(),
+            view.physical.dataflow.store.populating(),
             snapshot_reader(self.dsn) as reader,
             waits_reported(
                 reader.conn,

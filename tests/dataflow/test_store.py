@@ -150,14 +150,14 @@ store = StateStore(sys.argv[1])
 t = store.table("t")
 if sys.argv[2] == "failed":  # a population that failed: later commits are logged again
     try:
-        with store.unlogged():
+        with store.populating():
             raise RuntimeError("population failed")
     except RuntimeError:
         pass
     t.put(b"k", b"v")
     store.commit(1)
     os._exit(0)
-with store.unlogged():
+with store.populating():
     t.put(b"k", b"v")
     store.commit(1)
     if sys.argv[2] == "inside":
@@ -167,7 +167,7 @@ os._exit(0)  # killed right after the block, without closing the store
 
 
 @pytest.mark.parametrize("crash", ["inside", "after", "failed"])
-def test_unlogged_writes_are_on_disk_once_the_block_ends(state_dir, crash):
+def test_populating_writes_are_on_disk_once_the_block_ends(state_dir, crash):
     subprocess.run([sys.executable, "-c", _CRASH, str(state_dir), crash], check=True, timeout=60)
     with StateStore(state_dir) as store:
         got = store.table("t").get(b"k")
@@ -175,3 +175,27 @@ def test_unlogged_writes_are_on_disk_once_the_block_ends(state_dir, crash):
             assert got is None and store.committed_time is None  # starts again from empty)
         else:  # flushed at the block's end / logged after a failed block
             assert got == b"v" and store.committed_time == 1
+
+
+def test_a_table_being_populated_compacts_its_level_0_later(state_dir):
+    """Inside ``populating`` six flushed files stay in level 0 (the trigger is 16); after it the
+    usual trigger (4) applies and a background compaction merges them."""
+    import time
+
+    def level0(t) -> int:
+        return int(t._cf.property_value("rocksdb.num-files-at-level0"))
+
+    with StateStore(state_dir) as store:
+        t = store.table("t")
+        with store.populating():
+            for i in range(6):
+                t.put_many([b"k%06d" % (j * 6 + i) for j in range(100)], [b"v" * 50] * 100)
+                store.commit(i + 1)
+                store.flush()
+            time.sleep(0.5)
+            assert level0(t) == 6
+        deadline = time.monotonic() + 20
+        while level0(t) >= 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert level0(t) < 4
+        assert t.get(b"k%06d" % 599) == b"v" * 50
