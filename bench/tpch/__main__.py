@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 made.append(f"tpch_sf{str(s).replace('.', '_')}")
                 return server.create_database(made[-1])
 
-            rows, equal, refused = run_scaling(dsn_for, sfs, views, args.runner, reps=args.reps or 2,
+            rows, equal, refused = run_scaling(dsn_for, sfs, views, args.runner, reps=args.reps or 3,
                                       char=args.char)  # fmt: skip
             text = scaling_markdown(rows)
             (args.out / f"tpch_scaling_{args.runner}.md").write_text(text)

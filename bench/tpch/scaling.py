@@ -34,7 +34,7 @@ def run_scaling(
     sfs: list[float],
     views: tuple[ViewQuery, ...],
     runner: str = "local",
-    reps: int = 2,
+    reps: int = 3,
     char: bool = False,
 ) -> tuple[list[dict], bool, set[str]]:
     """``dsn_for(sf)`` gives a fresh database per scale factor.

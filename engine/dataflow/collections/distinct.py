@@ -11,23 +11,10 @@ from __future__ import annotations
 
 import pickle
 
-from engine.dataflow.batch import DiffBatch, Row
+from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import StatefulCollection
 from engine.dataflow.nan import loads
-from engine.dataflow.state.keycodec import encode_key
-
-
-def merge_by_key(rows: list[Row], weights: list[int]) -> dict[bytes, list]:
-    """Weights summed per SQL-equal row: ``encode_key(row) -> [first row, weight]``."""
-    merged: dict[bytes, list] = {}
-    for r, w in zip(rows, weights, strict=True):
-        k = encode_key(r)
-        e = merged.get(k)
-        if e is None:
-            merged[k] = [r, w]
-        else:
-            e[1] += w
-    return merged
+from engine.dataflow.state.keycodec import merge_by_key
 
 
 class DistinctCollection(StatefulCollection):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collection import StatefulCollection
-from engine.dataflow.collections.distinct import merge_by_key
+from engine.dataflow.state.keycodec import merge_by_key
 
 _MULTIPLICITY: dict[str, Callable[[int, int], int]] = {
     "intersect": lambda a, b: 1 if a > 0 and b > 0 else 0,

@@ -25,7 +25,7 @@ from engine.dataflow.state.arrangement import (
     key_entry,
     side_prefix,
 )
-from engine.dataflow.state.keycodec import encode_key
+from engine.dataflow.state.keycodec import merge_by_key
 from engine.dataflow.state.store import StateTable
 
 _PROTOCOL = 5
@@ -67,15 +67,9 @@ def _side(
     ``HOT_ROWS`` rows. Rows equal under SQL equality add up; the first spelling is kept."""
     if not delta:
         return []
-    weights: dict[bytes, list] = {}
-    for row, w in delta:
-        eb = encode_key(row)
-        seen = weights.get(eb)
-        if seen is None:
-            weights[eb] = [row, w]
-        else:
-            seen[1] += w
-    live = [(eb, row, w) for eb, (row, w) in weights.items() if w]
+    rows, weights = zip(*delta, strict=True)
+    merged = merge_by_key(rows, weights)
+    live = [(eb, row, w) for eb, (row, w) in merged.items() if w]
     if len(live) <= HOT_ROWS:
         return [(row, w) for _, row, w in live]
     prefix = side_prefix(kb, side)

@@ -77,6 +77,19 @@ def encode_key(values: tuple) -> bytes:
     return repr(values).encode()
 
 
+def merge_by_key(rows: Sequence[tuple], weights: Sequence[int]) -> dict[bytes, list]:
+    """Weights summed per SQL-equal row: ``encode_key(row) -> [first row, weight]``."""
+    merged: dict[bytes, list] = {}
+    for r, w in zip(rows, weights, strict=True):
+        k = encode_key(r)
+        e = merged.get(k)
+        if e is None:
+            merged[k] = [r, w]
+        else:
+            e[1] += w
+    return merged
+
+
 # -- order-preserving keys ------------------------------------------------------------------------
 # Tags order the type classes (only matters for mixed-type columns, which typed plans never have).
 _T_NULL_FIRST = b"\x01"
