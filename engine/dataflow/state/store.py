@@ -170,7 +170,7 @@ class StateStore:
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
         self._closed = False
-        #: options of ``commit``'s writes (None: RocksDB's defaults, logged; see ``unlogged``)
+        #: options of ``commit``'s writes (None: RocksDB's defaults, logged; see ``populating``)
         self._write_options: WriteOptions | None = None
         self._fresh = False  # inside fresh_reads()
         #: how many times staged writes were discarded: in-memory caches of committed state
