@@ -157,8 +157,8 @@ class PopulationMixin:
                 if result is None:
                     continue
                 keys = [
-                    typed_column(source, name, result.column(i).combine_chunks(), t)
-                    for i, (name, t) in enumerate(
+                    typed_column(source, column, result.column(i).combine_chunks(), t)
+                    for i, (column, t) in enumerate(
                         zip(query.key_names, query.key_types, strict=True)
                     )
                 ]

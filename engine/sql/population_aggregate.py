@@ -32,12 +32,11 @@ from sqlglot import exp
 from engine.dataflow.aggregates import Aggregate
 from engine.postgres.arrow_snapshot import read_as
 from engine.sql import logical_plan as lp
-from engine.sql.population_filter import is_number, time_constant
+from engine.sql.population_filter import COMPARISON_OPS, is_number, quote, time_constant
 from engine.sql.types import TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
 _KINDS = ("count_star", "count", "sum", "avg")
-_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _NUMBERS = ("num", "int", "lit")
 _TIMES = ("date", "ts")
 
@@ -87,7 +86,7 @@ def aggregate_query(
         read = read_as(field.type) if field is not None else None
         if read is None or field.type.kind in (TypeKind.DOUBLE, TypeKind.REAL):
             return None
-        items.append(read[0].format(_quote(field.name)))
+        items.append(read[0].format(quote(field.name)))
         key_names.append(field.name)
         key_types.append(read[1])
     parts = ["count(*)"]
@@ -111,7 +110,7 @@ def aggregate_query(
             parts.append(f"(sum({arg[0]}){filt})::text")
     distinct = list(dict.fromkeys(parts))  # each aggregate computed once (count(*) of NOT NULLs)
     items += distinct
-    sql = f"SELECT {', '.join(items)} FROM {_quote(scan.schema)}.{_quote(scan.table)}"
+    sql = f"SELECT {', '.join(items)} FROM {quote(scan.schema)}.{quote(scan.table)}"
     if where:
         sql += " WHERE " + " AND ".join(where)
     if ngroup:
@@ -138,10 +137,6 @@ class _Scope:
         return self.scan_fields[hits[0]] if len(hits) == 1 else None
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _kind(field: lp.Field) -> str | None:
     t = field.type
     if t.kind in _INTS:
@@ -160,7 +155,7 @@ def _value(e: exp.Expression, scope: _Scope) -> tuple[str, str, bool] | None:
         kind = _kind(field) if field is not None else None
         if kind is None:
             return None
-        return _quote(field.name), kind, field.nullable  # type: ignore[union-attr]
+        return quote(field.name), kind, field.nullable  # type: ignore[union-attr]
     if isinstance(e, exp.Literal) and not e.is_string:
         return (e.this, "lit", False) if is_number(e.this) else None
     if isinstance(e, exp.Neg):
@@ -194,10 +189,10 @@ def _predicate(e: exp.Expression, scope: _Scope) -> str | None:
     if isinstance(e, exp.Not):
         inner = _predicate(e.this, scope)
         return f"(NOT {inner})" if inner else None
-    if type(e) in _COMPARISONS:
+    if type(e) in COMPARISON_OPS:
         a, b = _value(e.this, scope), _value(e.expression, scope)
         if a and b and _comparable(a[1], b[1]):
-            return f"({a[0]} {_COMPARISONS[type(e)]} {b[0]})"  # type: ignore[index]
+            return f"({a[0]} {COMPARISON_OPS[type(e)]} {b[0]})"  # type: ignore[index]
         return None
     if isinstance(e, exp.Between):
         v, lo, hi = (_value(e.args[k], scope) for k in ("this", "low", "high"))

@@ -36,12 +36,22 @@ _COMPARABLE = (
     TypeKind.DATE,
     TypeKind.TIMESTAMP,  # not timestamptz: its literals read in the session's time zone
 )
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+#: the comparisons rendered, with their SQL (shared with ``population_aggregate``)
+COMPARISON_OPS = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_COMPARISONS = tuple(COMPARISON_OPS)
 _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP)
 _INTERVAL_UNITS = ("YEAR", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND")
 
 
-def _quote(name: str) -> str:
+def quote(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -50,7 +60,7 @@ def _operand(e: exp.Expression, kinds: dict[str, TypeKind]) -> str | None:
         return _operand(e.this, kinds)
     if isinstance(e, exp.Column):
         kind = kinds.get(e.name)
-        return _quote(e.name) if kind in _COMPARABLE else None
+        return quote(e.name) if kind in _COMPARABLE else None
     if isinstance(e, exp.Literal) and not e.is_string:
         return e.this if is_number(e.this) else None
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
@@ -129,7 +139,7 @@ def _render(e: exp.Expression, kinds: dict[str, TypeKind], top: bool) -> str | N
     ):
         if e.this.name not in kinds:
             return None
-        return f"{_quote(e.this.name)} IS {'NOT ' if e.args.get('negate') else ''}NULL"
+        return f"{quote(e.this.name)} IS {'NOT ' if e.args.get('negate') else ''}NULL"
     if e.args.get("negate"):
         return None
     if isinstance(e, _COMPARISONS):
@@ -138,8 +148,7 @@ def _render(e: exp.Expression, kinds: dict[str, TypeKind], top: bool) -> str | N
             return None
         if not (isinstance(e.left, exp.Column) or isinstance(e.right, exp.Column)):
             return None
-        op = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
-        return f"{left} {op[type(e)]} {right}"
+        return f"{left} {COMPARISON_OPS[type(e)]} {right}"
     return None
 
 

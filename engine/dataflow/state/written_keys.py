@@ -57,13 +57,11 @@ class WrittenKeys:
         if self._raw is None:
             self._raw = bytearray(_BITS // 8)
             self._bits = np.frombuffer(self._raw, np.uint8)
-        self.added += len(keys)
         if len(keys) < _BATCH:
-            raw = self._raw
             for k in keys:
-                h = hash(k) & _MASK
-                raw[h >> 3] |= 1 << (h & 7)
+                self.add_one(k)
             return
+        self.added += len(keys)
         h = _slots(keys)
         np.bitwise_or.at(self._bits, h >> 3, np.left_shift(1, h & 7).astype(np.uint8))
 
