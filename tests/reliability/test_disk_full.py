@@ -24,13 +24,13 @@ SQL = "SELECT grp, count(*) AS n, max(note) AS top FROM items GROUP BY grp"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 24 MB tmpfs, unmounted afterwards."""
+    """A 64 MB tmpfs, unmounted afterwards."""
     mount = tmp_path / "small"
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
