@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from engine.dataflow.state import hit_rate_gate
 from engine.dataflow.state.entry_cache import EntryCache
 from engine.dataflow.state.store import StateStore
 
@@ -101,5 +102,40 @@ def test_filling_from_empty_reads_as_the_model_says(tmp_path):
                 committed.update(zip(keys, values, strict=True))
                 for k in gone:
                     committed.pop(k)
+        everything = sorted(committed) + [b"never"]
+        assert cache.get_many(everything) == [committed.get(k) for k in everything]
+
+
+def test_steps_aside_when_few_reads_hit_and_comes_back(tmp_path, monkeypatch):
+    """Outside population, a window of reads that mostly miss empties the cache and sends reads
+    and writes to the table for a while; then the cache fills again. Every read, through all of
+    it (rollbacks included), is the last committed write."""
+    monkeypatch.setattr(hit_rate_gate, "WINDOW_KEYS", 100)
+    monkeypatch.setattr(hit_rate_gate, "BYPASS_KEYS", 300)
+    rng = random.Random(5)
+    committed: dict[bytes, bytes] = {}
+    states = []
+    with StateStore(tmp_path / "s") as store:
+        cache = EntryCache(store.table("t", "point"), cache_bytes=1 << 20)
+        for t in range(1, 120):
+            spread = 5000 if (t // 30) % 2 else 40  # spread-out keys, then a few hot ones
+            keys = list({b"k%05d" % rng.randrange(spread) for _ in range(rng.randrange(1, 40))})
+            assert cache.get_many(keys) == [committed.get(k) for k in keys]
+            states.append(cache.gate.aside)
+            assert not (cache.gate.aside and cache.cached_entries)  # aside: it holds nothing
+            values = [b"v%d-%d" % (t, i) for i in range(len(keys))]
+            cache.put_many(keys, values)
+            gone = keys[::5]
+            cache.delete_many(gone)
+            if t % 13 == 0:
+                store.rollback()
+                continue
+            store.commit(t)
+            committed.update(zip(keys, values, strict=True))
+            for k in gone:
+                committed.pop(k)
+        assert any(states) and not all(states)  # it stepped aside and came back
+        hot = [s for t, s in enumerate(states, 1) if not (t // 30) % 2 and t > 5]
+        assert hot.count(False) > len(hot) // 2  # hot keys: mostly served from memory
         everything = sorted(committed) + [b"never"]
         assert cache.get_many(everything) == [committed.get(k) for k in everything]

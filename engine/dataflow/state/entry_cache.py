@@ -18,6 +18,9 @@ a read never sees a discarded write. While the table is filled from empty (popul
 not cached (its keys leave the cache): a source clustered by the key brings new keys chunk after
 chunk. Used by the columnar join's key entries; ``GroupTable`` is the fixed-width-record
 analogue.
+
+Outside population the cache steps aside, empty, while it does not pay (``HitRateGate``: under
+half of the keys read found in it).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 
+from engine.dataflow.state.hit_rate_gate import HitRateGate
 from engine.dataflow.state.store import StateTable
 from engine.dataflow.state.written_keys import mostly_known
 
@@ -43,10 +47,17 @@ class EntryCache:
         self.hits = 0
         self.misses = 0
         self._recurring = True  # whether the last get_many found most of its keys (filling)
+        self.gate = HitRateGate()
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Each key's value (None: absent), from the cache or one read of the misses."""
         self._check_generation()
+        if self.table.filling:
+            self.gate.reset()
+        elif self.gate.aside:
+            self.gate.read_past(len(keys))
+            self.misses += len(keys)
+            return self.table.get_many(keys)
         out = list(map(self._young.get, keys, repeat(_MISSING)))
         miss = [i for i, v in enumerate(out) if v is _MISSING]
         if miss and self._old:
@@ -62,6 +73,8 @@ class EntryCache:
                 out[i] = raw
         if self.table.filling:
             self._recurring = mostly_known(len(keys) - out.count(None), len(keys))
+        elif self.gate.judge(len(keys), len(keys) - len(miss)):
+            self.clear()
         return out  # type: ignore[return-value]
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
@@ -93,6 +106,8 @@ class EntryCache:
 
     # -- the cache --------------------------------------------------------------------------------
     def _remember(self, keys: list[bytes], values: list[bytes | None], size: int) -> None:
+        if self.gate.aside:
+            return
         half = self.cache_bytes // 2
         size += len(keys) * _ENTRY_OVERHEAD
         if size > half:  # the write alone fills a generation: keep its newest entries only

@@ -9,13 +9,23 @@ import numpy as np
 import pytest
 
 from engine.dataflow.columnar.group_table import GroupTable
+from engine.dataflow.state import hit_rate_gate
 from engine.dataflow.state.store import StateStore
 
 DTYPE = np.dtype([("count", "<i8"), ("sum", "<i8")])
 
 
+@pytest.mark.parametrize("judged", [False, True], ids=["", "judged often"])
 @pytest.mark.parametrize("filling", [False, True], ids=["cached", "filled from empty"])
-def test_records_round_trip_through_eviction_deletes_and_rollback(tmp_path, filling):
+def test_records_round_trip_through_eviction_deletes_and_rollback(
+    tmp_path, filling, judged, monkeypatch
+):
+    """Every read is the model's, through evictions, deletes, rollbacks, population, and (judged
+    often) the cache stepping aside, empty, when it finds too few groups, and coming back."""
+    if judged:
+        monkeypatch.setattr(hit_rate_gate, "WINDOW_KEYS", 500)
+        monkeypatch.setattr(hit_rate_gate, "BYPASS_KEYS", 1500)
+    asides = []
     rng = random.Random(5)
     with StateStore(tmp_path / "s") as store:
         groups = GroupTable(store.table("g", "point"), DTYPE, cache_bytes=0)  # 1,024 groups
@@ -36,6 +46,8 @@ def test_records_round_trip_through_eviction_deletes_and_rollback(tmp_path, fill
                 else {b"k%05d" % rng.randrange(3000) for _ in range(n)}
             )
             records, present = groups.fetch(keys)
+            asides.append(groups.gate.aside)
+            assert not (groups.gate.aside and groups.cached_groups)  # aside: it holds nothing
             assert present.tolist() == [k in model for k in keys]
             assert [tuple(r) for r in records.tolist()] == [model.get(k, (0, 0)) for k in keys]
             records["count"] += 1
@@ -56,3 +68,4 @@ def test_records_round_trip_through_eviction_deletes_and_rollback(tmp_path, fill
         records, present = groups.fetch(everything)
         assert present.all()
         assert [tuple(r) for r in records.tolist()] == [model[k] for k in everything]
+        assert (any(asides) and not all(asides)) == judged  # aside and back, when judged often
