@@ -603,6 +603,8 @@ def main() -> None:
         result["rss_mb"] = {
             "at_1M_rows": many["rss_mb_at_1M"],
             f"at_{args.lineitem_rows}_rows": many["rss_mb_at_all"],
+            "anon_at_1M_rows": many["anon_mb_at_1M"],
+            f"anon_at_{args.lineitem_rows}_rows": many["anon_mb_at_all"],
         }
     if args.only in (None, "lineitem_join"):
         lj = lineitem_join.bench(args.lineitem_rows, args.batch, args.batches)

@@ -6,7 +6,11 @@ process, ``jvm`` = java descendants, ``workers`` = other descendants), the large
 seen at one sample. The engine's own peak also reads the kernel's high-water mark (VmHWM), which
 misses nothing between samples; ``reset_high_water`` restarts that mark (to read the peak of one
 step, e.g. one view's population: ``MemorySampler.stop`` then still reports the whole run's peak,
-kept in ``peak_mb`` by the sampler). It only reads /proc, and writes this process's clear_refs.
+kept in ``peak_mb`` by the sampler). The engine's samples are also split in two (largest of
+each): ``engine_anon``, its own memory (anonymous pages: Python, Arrow, RocksDB's caches), and
+``engine_files``, the pages of files it maps (its libraries and, read through a memory map, the
+state's table files: the kernel's page cache, clean, dropped under memory pressure). It only reads
+/proc, and writes this process's clear_refs.
 """
 
 from __future__ import annotations
@@ -19,10 +23,16 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _rss_bytes(pid: int) -> int:
+    return _resident(pid)[0]
+
+
+def _resident(pid: int) -> tuple[int, int]:
+    """(resident bytes, of which file-backed or shared) of ``pid``; zeros when it is gone."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+        fields = Path(f"/proc/{pid}/statm").read_text().split()
+        return int(fields[1]) * PAGE, int(fields[2]) * PAGE
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
 def _children(pid: int) -> list[int]:
@@ -75,7 +85,13 @@ class MemorySampler:
     def __init__(self, interval_s: float = 0.25, exclude: set[int] | None = None) -> None:
         self.interval_s = interval_s
         self.exclude = exclude if exclude is not None else set()  # e.g. the writer process
-        self.peak_mb = {"engine": 0.0, "jvm": 0.0, "workers": 0.0}
+        self.peak_mb = {
+            "engine": 0.0,
+            "jvm": 0.0,
+            "workers": 0.0,
+            "engine_anon": 0.0,
+            "engine_files": 0.0,
+        }
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -85,7 +101,14 @@ class MemorySampler:
 
     def sample(self) -> None:
         me = os.getpid()
-        now = {"engine": _rss_bytes(me), "jvm": 0, "workers": 0}
+        resident, files = _resident(me)
+        now = {
+            "engine": resident,
+            "jvm": 0,
+            "workers": 0,
+            "engine_anon": resident - files,
+            "engine_files": files,
+        }
         for pid in _descendants(me):
             if pid in self.exclude:
                 continue

@@ -136,6 +136,13 @@ def markdown(res: RunResult) -> str:
         + ".",
         f"- Peak RSS: engine process {res.peak_mb.get('engine', 0):,.0f} MB"
         + (
+            f" (sampled: its own, anonymous memory at most {res.peak_mb['engine_anon']:,.0f} MB; "
+            f"pages of mapped files, its libraries and the state's tables read through a memory "
+            f"map, i.e. page cache, at most {res.peak_mb['engine_files']:,.0f} MB)"
+            if res.peak_mb.get("engine_anon")
+            else ""
+        )
+        + (
             f", Spark JVM {res.peak_mb.get('jvm', 0):,.0f} MB, other child processes "
             f"{res.peak_mb.get('workers', 0):,.0f} MB (together "
             f"{sum(res.peak_mb.get(k, 0) for k in ('engine', 'jvm', 'workers')):,.0f} MB)"

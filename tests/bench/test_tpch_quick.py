@@ -51,3 +51,12 @@ def test_tpch_quick_run(tmp_path):
     state_mb, ratio, source_mb = (float(state[i].replace(",", "")) for i in (1, 2, 3))
     assert source_mb > 1 and state_mb > 0
     assert ratio == pytest.approx(state_mb / source_mb, abs=0.01)
+    # the engine's peak, and its samples split into its own memory and mapped files' pages
+    rss = re.search(
+        r"Peak RSS: engine process ([\d,]+) MB \(sampled: its own, anonymous memory at most "
+        r"([\d,]+) MB; .* at most ([\d,]+) MB\)",
+        table,
+    )
+    assert rss, table
+    peak, anon, files = (float(rss[i].replace(",", "")) for i in (1, 2, 3))
+    assert 0 < anon <= peak and 0 < files <= peak
