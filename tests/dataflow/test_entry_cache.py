@@ -91,17 +91,7 @@ def test_filling_from_empty_reads_as_the_model_says(tmp_path):
                     old = set(list(old)[:5]) | {b"n%02d-%03d" % (t, i) for i in range(200)}
                 keys = list(old)
                 assert cache.get_many(keys) == [committed.get(k) for k in keys]
-                values = [b"v%d-%d" % (t, i) for i in range(len(keys))]
-                cache.put_many(keys, values)
-                gone = [k for k in keys[::7]]
-                cache.delete_many(gone)
-                if t % 11 == 0:
-                    store.rollback()
-                    continue
-                store.commit(t)
-                committed.update(zip(keys, values, strict=True))
-                for k in gone:
-                    committed.pop(k)
+                _write_time(store, cache, committed, t, keys, gone_every=7, rollback_every=11)
         everything = sorted(committed) + [b"never"]
         assert cache.get_many(everything) == [committed.get(k) for k in everything]
 
@@ -123,19 +113,26 @@ def test_steps_aside_when_few_reads_hit_and_comes_back(tmp_path, monkeypatch):
             assert cache.get_many(keys) == [committed.get(k) for k in keys]
             states.append(cache.gate.aside)
             assert not (cache.gate.aside and cache.cached_entries)  # aside: it holds nothing
-            values = [b"v%d-%d" % (t, i) for i in range(len(keys))]
-            cache.put_many(keys, values)
-            gone = keys[::5]
-            cache.delete_many(gone)
-            if t % 13 == 0:
-                store.rollback()
-                continue
-            store.commit(t)
-            committed.update(zip(keys, values, strict=True))
-            for k in gone:
-                committed.pop(k)
+            _write_time(store, cache, committed, t, keys, gone_every=5, rollback_every=13)
         assert any(states) and not all(states)  # it stepped aside and came back
         hot = [s for t, s in enumerate(states, 1) if not (t // 30) % 2 and t > 5]
         assert hot.count(False) > len(hot) // 2  # hot keys: mostly served from memory
         everything = sorted(committed) + [b"never"]
         assert cache.get_many(everything) == [committed.get(k) for k in everything]
+
+
+def _write_time(store, cache, committed, t, keys, gone_every, rollback_every) -> None:
+    """Time ``t``'s writes through the cache: new values for ``keys``, then deletes of every
+    ``gone_every``-th; rolled back when ``t`` is a multiple of ``rollback_every``, else committed
+    and recorded in the model ``committed``."""
+    values = [b"v%d-%d" % (t, i) for i in range(len(keys))]
+    cache.put_many(keys, values)
+    gone = keys[::gone_every]
+    cache.delete_many(gone)
+    if t % rollback_every == 0:
+        store.rollback()
+        return
+    store.commit(t)
+    committed.update(zip(keys, values, strict=True))
+    for k in gone:
+        committed.pop(k)
