@@ -168,11 +168,16 @@ Event = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | T
 _BARE_IDENT = re.compile(r"^[a-z_][a-z0-9_$]*$")
 
 
+def quoted(name: str) -> str:
+    """``name`` as a quoted SQL identifier, always (``order`` too)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def quote_ident(name: str) -> str:
     """Quote an identifier only when Postgres needs it (``orders`` stays bare, ``Orders`` not)."""
     if _BARE_IDENT.match(name):
         return name
-    return '"' + name.replace('"', '""') + '"'
+    return quoted(name)
 
 
 def display_name(schema: str, table: str) -> str:

@@ -31,8 +31,9 @@ from sqlglot import exp
 
 from engine.dataflow.aggregates import Aggregate
 from engine.postgres.arrow_snapshot import read_as
+from engine.postgres.pgoutput import quoted
 from engine.sql import logical_plan as lp
-from engine.sql.population_filter import COMPARISON_OPS, is_number, quote, time_constant
+from engine.sql.population_filter import COMPARISON_OPS, is_number, time_constant
 from engine.sql.types import TypeKind
 
 _INTS = (TypeKind.SMALLINT, TypeKind.INTEGER, TypeKind.BIGINT)
@@ -86,7 +87,7 @@ def aggregate_query(
         read = read_as(field.type) if field is not None else None
         if read is None or field.type.kind in (TypeKind.DOUBLE, TypeKind.REAL):
             return None
-        items.append(read[0].format(quote(field.name)))
+        items.append(read[0].format(quoted(field.name)))
         key_names.append(field.name)
         key_types.append(read[1])
     parts = ["count(*)"]
@@ -110,7 +111,7 @@ def aggregate_query(
             parts.append(f"(sum({arg[0]}){filt})::text")
     distinct = list(dict.fromkeys(parts))  # each aggregate computed once (count(*) of NOT NULLs)
     items += distinct
-    sql = f"SELECT {', '.join(items)} FROM {quote(scan.schema)}.{quote(scan.table)}"
+    sql = f"SELECT {', '.join(items)} FROM {quoted(scan.schema)}.{quoted(scan.table)}"
     if where:
         sql += " WHERE " + " AND ".join(where)
     if ngroup:
@@ -155,7 +156,7 @@ def _value(e: exp.Expression, scope: _Scope) -> tuple[str, str, bool] | None:
         kind = _kind(field) if field is not None else None
         if kind is None:
             return None
-        return quote(field.name), kind, field.nullable  # type: ignore[union-attr]
+        return quoted(field.name), kind, field.nullable  # type: ignore[union-attr]
     if isinstance(e, exp.Literal) and not e.is_string:
         return (e.this, "lit", False) if is_number(e.this) else None
     if isinstance(e, exp.Neg):

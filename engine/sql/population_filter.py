@@ -23,6 +23,7 @@ import datetime
 
 from sqlglot import exp
 
+from engine.postgres.pgoutput import quoted
 from engine.sql.logical_plan import LogicalPlan, Scan
 from engine.sql.types import TypeKind
 
@@ -50,17 +51,12 @@ _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP)
 _INTERVAL_UNITS = ("YEAR", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND")
 
 
-def quote(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _operand(e: exp.Expression, kinds: dict[str, TypeKind]) -> str | None:
     if isinstance(e, exp.Paren):
         return _operand(e.this, kinds)
     if isinstance(e, exp.Column):
         kind = kinds.get(e.name)
-        return quote(e.name) if kind in _COMPARABLE else None
+        return quoted(e.name) if kind in _COMPARABLE else None
     if isinstance(e, exp.Literal) and not e.is_string:
         return e.this if is_number(e.this) else None
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
@@ -139,7 +135,7 @@ def _render(e: exp.Expression, kinds: dict[str, TypeKind], top: bool) -> str | N
     ):
         if e.this.name not in kinds:
             return None
-        return f"{quote(e.this.name)} IS {'NOT ' if e.args.get('negate') else ''}NULL"
+        return f"{quoted(e.this.name)} IS {'NOT ' if e.args.get('negate') else ''}NULL"
     if e.args.get("negate"):
         return None
     if isinstance(e, _COMPARISONS):

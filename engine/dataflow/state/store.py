@@ -295,10 +295,7 @@ class StateStore:
         if current is not None and time < current:
             raise StateError(f"commit of time {time} after time {current} in {self.path}")
         self._batch.put(_TIME_KEY, time.to_bytes(9, "big", signed=True))
-        if self._write_options is None:
-            self._db.write(self._batch)
-        else:
-            self._db.write(self._batch, self._write_options)
+        self._db.write(self._batch, self._write_options)
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
 
