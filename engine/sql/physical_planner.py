@@ -29,6 +29,7 @@ from engine.dataflow.collections.columnar_join import supports as supports_colum
 from engine.dataflow.collections.columnar_outer_join import ColumnarOuterJoinCollection
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
+from engine.dataflow.collections.columnar_semi_join import ColumnarSemiJoinCollection
 from engine.dataflow.collections.columnar_top_k import ColumnarTopKCollection
 from engine.dataflow.collections.columnar_top_k import supports as supports_columnar_top_k
 from engine.dataflow.collections.constant import ConstantCollection
@@ -398,7 +399,7 @@ class _PhysicalPlanner:
                 right,
             )
         elif kind == "semi":
-            node = self.df.add(SemiJoinCollection(lpos, rpos, residual, desc), left, right)
+            node = self._semi_join(plan, left, right, lpos, rpos, lext or rext, residual, desc)
         elif kind == "anti":
             node = self.df.add(AntiJoinCollection(lpos, rpos, residual, False, desc), left, right)
         else:  # anti_null_aware
@@ -410,6 +411,31 @@ class _PhysicalPlanner:
         keep = list(range(len(lf))) + [lwidth + i for i in range(len(rf))]
         fn = lambda rows: [tuple(r[i] for i in keep) for r in rows]  # noqa: E731
         return self.df.add(MapCollection(fn, "drop join keys", SelectColumns(keep)), node)
+
+    def _semi_join(
+        self,
+        plan: lp.Join,
+        left: Node,
+        right: Node,
+        lpos: list[int],
+        rpos: list[int],
+        computed_keys: int,
+        residual: BatchFn | None,
+        desc: str,
+    ) -> Node:
+        """The columnar semi join over the right's key columns where the types allow and no
+        residual makes a match depend on the pair, else the row one."""
+        if lpos and not computed_keys and residual is None:
+            lt, rt = value_arrow_types(plan.left), value_arrow_types(plan.right)
+            keys = [rt[i] for i in rpos]
+            own = list(range(len(rpos)))
+            if supports_columnar_join(lt, keys, lpos, own):
+                vector = SelectColumns(rpos)
+                fn = lambda rows: [tuple(r[i] for i in rpos) for r in rows]  # noqa: E731
+                right = self.df.add(MapCollection(fn, "semi join keys", vector), right)
+                join = ColumnarSemiJoinCollection(lpos, own, lt, keys, None, desc)
+                return self.df.add(join, left, right)
+        return self.df.add(SemiJoinCollection(lpos, rpos, residual, desc), left, right)
 
     # -- aggregation ----------------------------------------------------------------------------
     def p_Aggregate(self, plan: lp.Aggregate) -> Node:

@@ -455,6 +455,17 @@ QUERIES = [
         "(SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.status = 'paid')",
         id="subquery-exists",
     ),
+    # a right input not unique on the keys: the columnar semi join counts its rows per key
+    Q(
+        "SELECT o.id, o.amount, o.status FROM orders o WHERE EXISTS (SELECT 1 FROM order_items i "
+        "WHERE i.order_id = o.id AND i.price = o.amount AND i.qty > 1)",
+        id="subquery-exists-two-keys",
+    ),
+    Q(
+        "SELECT o.status, count(*) AS n FROM orders o WHERE o.status IN (SELECT status FROM "
+        "orders WHERE qty > 3) GROUP BY o.status",
+        id="subquery-in-text-key",
+    ),
     Q(
         "SELECT p.id FROM products p WHERE NOT EXISTS "
         "(SELECT 1 FROM order_items i WHERE i.product_id = p.id AND i.qty > 1)",

@@ -159,11 +159,24 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         self.entries = EntryCache(self.table, self.cache_bytes)
         hot = store.table(f"{self.name}.hot", self.tuning)  # type: ignore[union-attr]
         self.hot = HotKeys(
-            hot, self.codecs, self.left_key, self.right_key, self.residual, *self.padded_sides
+            hot,
+            self.codecs,
+            self.left_key,
+            self.right_key,
+            self.residual,
+            *self.tracked_sides,
+            pairs=self.hot_pairs,
         )
 
     #: whether the output pads unmatched left rows, and unmatched right rows (an outer join's)
     padded_sides: tuple[bool, bool] = (False, False)
+    #: whether the hot keys' arrangement builds the time's pairs (a semi join outputs none)
+    hot_pairs = True
+
+    @property
+    def tracked_sides(self) -> tuple[bool, bool]:
+        """The sides whose rows' match state the hot keys' arrangement tracks."""
+        return self.padded_sides
 
     def describe(self) -> str:
         return describe_join(
@@ -211,7 +224,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         at = np.flatnonzero(present)
         sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
         left = _merge(lc, sl, at[sle], lrows, lkid)
-        right = _merge(rc, sr, at[sre], rrows, rkid)
+        right = self._right_side(sr, at[sre], rrows, rkid, nk)
         parts[:0] = [self._pairs(left, right, nk), *self._unmatched(left, right, nk)]
         self._stage(heads, present, left, right, nk)
         return DiffBatch.concat(parts)
@@ -224,6 +237,12 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
     def _unmatched(self, left: Side, right: Side, nk: int) -> list[DiffBatch]:
         """The change of the rows without a match (an inner join outputs none)."""
         return []
+
+    def _right_side(
+        self, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray, nk: int
+    ) -> Side:
+        """The right side's distinct rows around the time (a semi join needs one per key)."""
+        return _merge(self.codecs[1], stored, skid, delta, dkid)
 
     def _hot_step(self, left: Rows, right: Rows) -> DiffBatch:
         """The output of the changes to hot keys (weights in the records)."""
@@ -333,6 +352,13 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         gone = np.flatnonzero(changed & ~nonempty & present).tolist()
         if gone:
             self.entries.delete_many([heads[i] for i in gone])
+
+
+def key_totals(kid: np.ndarray, weights: np.ndarray, nk: int) -> np.ndarray:
+    """The sum of ``weights`` per key id (exact integers)."""
+    out = np.zeros(nk, np.int64)
+    np.add.at(out, kid, weights)
+    return out
 
 
 def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> Side:

@@ -24,7 +24,12 @@ import numpy as np
 import pyarrow as pa
 
 from engine.dataflow.batch import DiffBatch
-from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollection, Side, Unkeyed
+from engine.dataflow.collections.columnar_join import (
+    ColumnarInnerJoinCollection,
+    Side,
+    Unkeyed,
+    key_totals,
+)
 from engine.dataflow.collections.join import describe_join
 from engine.dataflow.collections.outer_join import unmatched_delta
 from engine.dataflow.columnar.codec_columns import python_rows
@@ -74,8 +79,8 @@ class ColumnarOuterJoinCollection(ColumnarInnerJoinCollection):
         out = []
         for side, (rows, other) in enumerate(((left, right), (right, left))):
             if self.padded_sides[side]:
-                matched_old = _totals(other.kid, other.old, nk)[rows.kid] > 0
-                matched_new = _totals(other.kid, other.new, nk)[rows.kid] > 0
+                matched_old = key_totals(other.kid, other.old, nk)[rows.kid] > 0
+                matched_new = key_totals(other.kid, other.new, nk)[rows.kid] > 0
                 d = np.where(matched_new, 0, rows.new) - np.where(matched_old, 0, rows.old)
                 at = np.flatnonzero(d)
                 if len(at):
@@ -108,10 +113,3 @@ class ColumnarOuterJoinCollection(ColumnarInnerJoinCollection):
         if not nans:
             return DiffBatch.from_columns(columns, w)
         return DiffBatch(python_rows(columns, nans), w.tolist())
-
-
-def _totals(kid: np.ndarray, weights: np.ndarray, nk: int) -> np.ndarray:
-    """The sum of ``weights`` per key id (exact integers)."""
-    out = np.zeros(nk, np.int64)
-    np.add.at(out, kid, weights)
-    return out

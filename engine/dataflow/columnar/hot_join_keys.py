@@ -16,7 +16,7 @@ in this time (their rows after the time are loaded into the arrangement without 
 columnar step already emitted the time's pairs; an inner join's are written directly by
 ``state.arrangement_load``). An outer join asks it to track the padded sides: the arrangement
 then also keeps each hot key's weight total of the other side (``step`` says which rows gained
-or lost their last match).
+or lost their last match); a semi join needs those rows only, not the pairs (``pairs=False``).
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ class HotKeys:
         residual: BatchFn | None,
         track_left: bool = False,
         track_right: bool = False,
+        pairs: bool = True,
     ) -> None:
         self.codecs = codecs
         tracks = {"track_left": track_left, "track_right": track_right}
         self._table = table
         self._keys = (left_key, right_key)
         self._tracked = track_left or track_right
-        self._join = DeltaJoin(table, left_key, right_key, residual, **tracks)
+        self._join = DeltaJoin(table, left_key, right_key, residual, pairs=pairs, **tracks)
         self._load = DeltaJoin(table, left_key, right_key, None, pairs=False, **tracks)
 
     def pairs(self, left: Rows, right: Rows) -> tuple[DiffBatch, DiffBatch]:

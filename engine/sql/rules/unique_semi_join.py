@@ -3,13 +3,11 @@
 ``x IN (SELECT k FROM t GROUP BY k HAVING ...)`` is a semi join whose right input holds each key
 at most once. Joining it as an inner join gives every left row at most one partner, so the inner
 join's rows are the semi join's with the right's columns appended; a Project keeps the left's.
-Where the right input is not unique (``EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey =
-o_orderkey ...)``) and the condition is key equalities only, the inner join takes the right's
-DISTINCT keys instead: a left row matches one of them exactly when it matches some right row.
-The inner join and the distinct run columnar (``ColumnarInnerJoinCollection``,
-``ColumnarDistinctCollection``) where the types allow, while the semi join keeps its rows in a
-row arrangement: TPC-H Q18's semi join over 6M joined lines was most of its population, Q4's
-semi join most of its.
+A right input that is not unique (``EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey = o_orderkey
+...)``) stays a semi join: the physical planner gives it the columnar semi join over the right's
+key columns (``ColumnarSemiJoinCollection``: per key the left rows and the right rows' count)
+where the types allow. Joining the right's DISTINCT keys instead stored those keys twice, in the
+distinct and in the inner join (TPC-H Q4 at SF 1: population 3.1 s -> see docs/joins.md).
 
 Unique means: the right input's rows never agree on the right-hand columns of the equalities
 (an Aggregate's group keys, all of it without GROUP BY; all columns of a Distinct or of a UNION,
@@ -37,7 +35,7 @@ from __future__ import annotations
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
-from engine.sql.rules.join_keys import distinct_keys, equi_keys
+from engine.sql.rules.join_keys import equi_keys
 from engine.sql.rules.scope import resolve, transform_up, unique_on
 
 
@@ -52,16 +50,11 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
     found = equi_keys(node)
     if found is None:
         return node
-    keys, residual = found
+    keys, _ = found
     left = node.left.fields
     unique = node.right
     if not unique_on(unique, keys):
-        if residual:  # the residual may need right columns besides the keys
-            return node
-        # the right's distinct keys: a left row matches one of them iff it matches a right row
-        unique = distinct_keys(unique, tuple(sorted(keys)))
-        if unique is None:
-            return node
+        return node
     joined = lp.Join(node.left, unique, "inner", node.condition)
     both = joined.fields
     refs = tuple(f.ref() for f in left)
