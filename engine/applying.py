@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from engine.engine_names import MAX_BUFFERED_CHANGES, MAX_BUFFERED_CHANGES_ENV, POLL_CHANGES
 from engine.errors import SourceChanged, ViewError
+from engine.gc_pause import gc_paused
 from engine.outage import is_outage
 from engine.postgres.cdc import Transaction, visible_in_snapshot
 from engine.view_runtime import ViewRuntime
@@ -95,6 +96,7 @@ class ApplyMixin:
             self.reader.rewind(min(v.state_time for v in views))
             raise
 
+    @gc_paused()
     def _apply_view(self, view: ViewRuntime, txs: list[Transaction], end: int) -> bool:
         """Apply the transactions of ``txs`` the view has not applied yet, as one time ``end``.
         Returns whether result rows were written (a re-population flags its own writes).

@@ -25,6 +25,7 @@ from engine.engine_names import (
 )
 from engine.errors import ViewError
 from engine.free_memory import release_free_memory
+from engine.gc_pause import gc_paused
 from engine.population_progress import PopulationProgress
 from engine.postgres.arrow_snapshot import QUERY_ERRORS, typed_column
 from engine.postgres.read_ahead import read_ahead
@@ -43,6 +44,7 @@ READ_AHEAD_BATCHES = 8
 class PopulationMixin:
     """The part of ``Engine`` described in the module docstring."""
 
+    @gc_paused()
     def _populate(self, view: ViewRuntime, time_: int = POPULATION_TIME, lsn: int = 0) -> int:
         """Read every source in one snapshot, run the dataflow over it, write the result table
         (a new table, or only the difference to an existing one); returns the rows written.
