@@ -59,6 +59,12 @@ class EntryCache:
             self.misses += len(keys)
             return self.table.get_many(keys)
         out = list(map(self._young.get, keys, repeat(_MISSING)))
+        if out.count(_MISSING) == len(keys) and not self._old:
+            # nothing cached (population's new keys): no per-key bookkeeping
+            out = self.table.get_many(keys)
+            self.misses += len(keys)
+            self._judge(keys, out, 0)
+            return out
         miss = [i for i, v in enumerate(out) if v is _MISSING]
         if miss and self._old:
             old = self._old.get
@@ -71,11 +77,16 @@ class EntryCache:
             raws = self.table.get_many([keys[i] for i in miss])
             for i, raw in zip(miss, raws, strict=True):
                 out[i] = raw
+        self._judge(keys, out, len(keys) - len(miss))
+        return out  # type: ignore[return-value]
+
+    def _judge(self, keys: list[bytes], out: list, hits: int) -> None:
+        """After a read of ``keys`` (``hits`` of them found in the cache): while filling,
+        whether the batch's keys recur; otherwise the gate's judgement of the hit rate."""
         if self.table.filling:
             self._recurring = mostly_known(len(keys) - out.count(None), len(keys))
-        elif self.gate.judge(len(keys), len(keys) - len(miss)):
+        elif self.gate.judge(len(keys), hits):
             self.clear()
-        return out  # type: ignore[return-value]
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         self.table.put_many(keys, values)

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import gc
 import shutil
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Literal
 
@@ -87,15 +90,17 @@ def is_lock_error(exc: BaseException) -> bool:
     return "lock file" in text.lower() or "LOCK" in text
 
 
-def key_order(keys: list[bytes]) -> list[int] | None:
+def key_order(keys: list[bytes]) -> np.ndarray | None:
     """A stable order of ``keys`` that is their byte order up to trailing zero bytes (numpy's
-    fixed-width bytes ignore them), or None for long keys: a hint for RocksDB, whose memtable
-    inserts a write batch's keys about twice as fast in key order (measured: 14k random keys
-    11.4 -> 6.1 ms); entries of one key keep their order."""
+    fixed-width bytes ignore them), or None for long keys and for keys already in that order: a
+    hint for RocksDB, whose memtable inserts a write batch's keys about twice as fast in key
+    order (measured: 14k random keys 11.4 -> 6.1 ms); entries of one key keep their order."""
     fixed = np.array(keys, dtype=bytes)
-    if fixed.itemsize > _SORTED_WRITE_MAX_KEY:
+    if fixed.itemsize > _SORTED_WRITE_MAX_KEY or not len(fixed):
         return None
-    return np.argsort(fixed, kind="stable").tolist()
+    if (fixed[1:] >= fixed[:-1]).all():  # the columnar collections write sorted keys
+        return None
+    return np.argsort(fixed, kind="stable")
 
 
 def prefix_successor(prefix: bytes) -> bytes | None:
@@ -465,14 +470,14 @@ class StateTable:
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
         if self._written is not None:
             self._written.add(keys)
-        put, handle = self.store._batch.put, self._handle
+        if len(keys) != len(values):
+            raise ValueError("put_many: keys and values differ in length")
         order = key_order(keys) if len(keys) >= _SORTED_WRITE_KEYS else None
         if order is not None:
-            for i in order:
-                put(keys[i], values[i], handle)
-        else:
-            for k, v in zip(keys, values, strict=True):
-                put(k, v, handle)
+            pick = itemgetter(*order.tolist())
+            keys, values = pick(keys), pick(values)
+        # a C loop over the puts (a Python one cost ~0.3 us a key: TPC-H Q4's 1.4M keys)
+        deque(map(self.store._batch.put, keys, values, repeat(self._handle)), maxlen=0)
         self.store._staged += len(keys)
 
     def delete(self, key: bytes) -> None:
