@@ -165,7 +165,25 @@ class Message(NamedTuple):
 Event = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | Message
 
 
-_BARE_IDENT = re.compile(r"^[a-z_][a-z0-9_$]*$")
+_BARE_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+#: Postgres 15's keywords that are not unreserved (``pg_get_keywords()``, catcode <> 'U'): as
+#: identifiers they need quotes (Postgres' own ``quote_ident`` quotes exactly these)
+_KEYWORD_LIST = """
+    all analyse analyze and any array as asc asymmetric authorization between bigint binary bit
+    boolean both case cast char character check coalesce collate collation column concurrently
+    constraint create cross current_catalog current_date current_role current_schema
+    current_time current_timestamp current_user dec decimal default deferrable desc distinct do
+    else end except exists extract false fetch float for foreign freeze from full grant
+    greatest group grouping having ilike in initially inner inout int integer intersect
+    interval into is isnull join lateral leading least left like limit localtime localtimestamp
+    national natural nchar none normalize not notnull null nullif numeric offset on only or
+    order out outer overlaps overlay placing position precision primary real references
+    returning right row select session_user setof similar smallint some substring symmetric
+    table tablesample then time timestamp to trailing treat trim true union unique user using
+    values varchar variadic verbose when where window with xmlattributes xmlconcat xmlelement
+    xmlexists xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable
+"""
+_KEYWORDS = frozenset(_KEYWORD_LIST.split())
 
 
 def quoted(name: str) -> str:
@@ -174,8 +192,9 @@ def quoted(name: str) -> str:
 
 
 def quote_ident(name: str) -> str:
-    """Quote an identifier only when Postgres needs it (``orders`` stays bare, ``Orders`` not)."""
-    if _BARE_IDENT.match(name):
+    """Quote an identifier only when Postgres needs it (``orders`` stays bare, ``Orders`` and
+    ``order`` not)."""
+    if _BARE_IDENT.match(name) and name not in _KEYWORDS:
         return name
     return quoted(name)
 

@@ -27,6 +27,8 @@ from engine.postgres.pgoutput import (
     Update,
     format_lsn,
     parse_lsn,
+    quote_ident,
+    replica_identity_fix,
 )
 from engine.postgres.slot_session import SESSION_SETTINGS
 from engine.sql import types as sqltypes
@@ -350,3 +352,20 @@ def test_unrolled_reader_matches_reference_loop():
         dec.decode(ins + tuple_data([b"1", b"x", b"abc"]))
     with pytest.raises(ViewError, match="has 2 columns but its Relation message announced 3"):
         dec.decode(ins + tuple_data([b"1", b"x"]))
+
+
+def test_quote_ident_quotes_as_postgres_does(pg_conn):
+    """Identifiers in the SQL incview writes and prints (a replica identity fix to paste, the
+    publication option): bare exactly where the server's own quote_ident leaves them bare, so a
+    table named ``order`` or ``user`` gets quotes and ``orders`` none."""
+    words = [w for (w,) in pg_conn.execute("SELECT word FROM pg_get_keywords()").fetchall()]
+    names = [*words, "orders", "Orders", "a b", 'we"ird', "_x1", "x$", "1x", "é"]
+    want = pg_conn.execute(
+        "SELECT array_agg(quote_ident(n) ORDER BY i) FROM unnest(%s::text[]) "
+        "WITH ORDINALITY AS t(n, i)",
+        (names,),
+    ).fetchone()[0]
+    assert [quote_ident(n) for n in names] == want
+    assert replica_identity_fix("public", "order") == (
+        'ALTER TABLE public."order" REPLICA IDENTITY FULL;'
+    )
