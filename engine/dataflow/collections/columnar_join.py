@@ -368,7 +368,7 @@ def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: n
     rows = Rows.concat([stored, delta]) if ns else delta
     kid = np.concatenate([skid, dkid]) if ns else dkid
     n = len(rows)
-    h = rows.rec["h"]
+    h = np.ascontiguousarray(rows.rec["h"])
     o = np.argsort(h)  # numpy's SIMD sort, ~5x a stable one; equal hashes in any order
     hs = h[o]
     start = np.ones(n, bool)
@@ -385,7 +385,7 @@ def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: n
         if not same.all():  # a hash collision (or -0.0 / NaN spellings): group those exactly
             gid, reps = _exact_groups(codec, rows, kid, gid, np.unique(g[member[~same]]))
     ng = len(reps)
-    w = rows.rec["w"]
+    w = np.ascontiguousarray(rows.rec["w"])  # aligned: ufunc.at is ~8x slower on the packed field
     old = np.zeros(ng, np.int64)
     np.add.at(old, gid[:ns], w[:ns])
     dw = np.zeros(ng, np.int64)

@@ -67,7 +67,7 @@ class ColumnarSemiJoinCollection(ColumnarInnerJoinCollection):
         ns = len(stored)
         rows = Rows.concat([stored, delta]) if ns else delta
         kid = np.concatenate([skid, dkid]) if ns else dkid
-        w = rows.rec["w"]
+        w = np.ascontiguousarray(rows.rec["w"])  # aligned: ufunc.at is ~8x slower on the field
         old = np.zeros(nk, np.int64)
         np.add.at(old, kid[:ns], w[:ns])
         dw = np.zeros(nk, np.int64)

@@ -47,6 +47,8 @@ class EntryCache:
         self.hits = 0
         self.misses = 0
         self._recurring = True  # whether the last get_many found most of its keys (filling)
+        #: whether the last get_many found none of its keys cached, nothing remembered since
+        self._none_cached = False
         self.gate = HitRateGate()
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -59,8 +61,10 @@ class EntryCache:
             self.misses += len(keys)
             return self.table.get_many(keys)
         out = list(map(self._young.get, keys, repeat(_MISSING)))
+        self._none_cached = False
         if out.count(_MISSING) == len(keys) and not self._old:
             # nothing cached (population's new keys): no per-key bookkeeping
+            self._none_cached = True  # until the next write is remembered
             out = self.table.get_many(keys)
             self.misses += len(keys)
             self._judge(keys, out, 0)
@@ -89,12 +93,15 @@ class EntryCache:
             self.clear()
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Stage the writes of ``keys``: keys the last ``get_many`` read (a collection rewrites
+        the keys it read in a time)."""
         self.table.put_many(keys, values)
         if self.table.filling and not self._recurring:
             # population filling the state from empty, a batch of mostly new keys
             # (written_keys.mostly_known): the batch's keys leave the cache instead, which must
-            # not keep an older value of one
-            self._forget(keys)
+            # not keep an older value of one (none to drop if the read found none of them)
+            if not self._none_cached:
+                self._forget(keys)
             return
         self._remember(keys, values, sum(map(len, values)))
 
@@ -117,6 +124,7 @@ class EntryCache:
 
     # -- the cache --------------------------------------------------------------------------------
     def _remember(self, keys: list[bytes], values: list[bytes | None], size: int) -> None:
+        self._none_cached = False
         if self.gate.aside:
             return
         half = self.cache_bytes // 2
