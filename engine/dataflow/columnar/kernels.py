@@ -69,6 +69,8 @@ def group_index(columns: list[pa.Array], n: int | None = None) -> tuple[np.ndarr
 def exact_group_index(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
     """``group_index`` by combined dictionary codes (exact for every Arrow type)."""
     combined, card = _codes(columns[0])
+    if len(columns) == 1:  # dictionary codes already number values by first appearance
+        return _firsts(combined)
     for col in columns[1:]:
         codes, k = _codes(col)
         if card * k < 2**62:
@@ -84,7 +86,11 @@ def exact_group_index(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
 
 def first_appearance_groups(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(group id of each value, numbered by first appearance; each group's first position)."""
-    ids = np.asarray(pc.dictionary_encode(values).indices, dtype=np.int64)
+    return _firsts(np.asarray(pc.dictionary_encode(values).indices, dtype=np.int64))
+
+
+def _firsts(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``ids``, numbered by first appearance, and each id's first position)."""
     if not len(ids):
         return ids, ids
     seen = np.maximum.accumulate(ids)
