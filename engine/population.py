@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from engine.dataflow import preloaded_reduces
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.deferred_updates import deferred
 from engine.engine_names import (
     POPULATION_CHUNK,
     POPULATION_TIME,
@@ -117,7 +118,8 @@ class PopulationMixin:
                     df.store.fresh_reads(),
                     preloaded_reduces.muted(mutes),
                 ):
-                    with PopulationProgress(view.name, tables) as progress:
+                    # what reduces feed waits for their last versions (deferred_updates)
+                    with PopulationProgress(view.name, tables) as progress, deferred(df):
                         for table, batch in self._read_sources(view, reader, tables):
                             df.push(table, batch)
                             progress.update(len(batch))

@@ -108,6 +108,10 @@ class StatefulCollection(Collection):
 
     #: call ``process`` even when no input changed (e.g. a global aggregate's first output)
     always_process: ClassVar[bool] = False
+    #: whether its output changes rows it output before time after time even when its input
+    #: only grows (a reduce's groups, a top-k's selection): population defers what it feeds
+    #: (``dataflow.deferred_updates``)
+    updates_output: ClassVar[bool] = False
 
     @abstractmethod
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:

@@ -51,6 +51,9 @@ class Node:
     done: int | None = None
     #: drops the diffs delivered to it (population feeds the reduce above it otherwise)
     muted: bool = False
+    #: keeps the diffs delivered to it buffered across times, processing none
+    #: (``deferred_updates``: population's collections fed by reduces)
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,7 @@ class Dataflow:
             return
         if node.done is not None and node.done >= time:
             return
-        out = node.collection.on_time_end(time)
+        out = DiffBatch() if node.deferred else node.collection.on_time_end(time)
         self._collect_errors(node)
         node.done = time
         if node is self._output:

@@ -83,6 +83,8 @@ def supports(
 class ColumnarReduceCollection(StatefulCollection):
     """``group_key`` column indices, the aggregates, and the Arrow type of every input column."""
 
+    updates_output = True
+
     takes_columns = True
 
     tuning = "point"

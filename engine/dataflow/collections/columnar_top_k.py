@@ -105,6 +105,8 @@ def supports(
 class ColumnarTopKCollection(StatefulCollection):
     """Positions offset .. offset+limit-1 of each partition (see the module docstring)."""
 
+    updates_output = True
+
     takes_columns = True
 
     def __init__(

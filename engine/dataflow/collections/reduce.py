@@ -51,6 +51,8 @@ def _bytes_count(b: bytes) -> int:
 class ReduceCollection(StatefulCollection):
     """``group_key`` column indices (empty: one global row) and the aggregates, in output order."""
 
+    updates_output = True
+
     tuning = "point"
 
     def __init__(self, group_key: Sequence[int], aggregates: Sequence[Aggregate]) -> None:

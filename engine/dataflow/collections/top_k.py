@@ -33,6 +33,8 @@ Selection = list[tuple[Row, int]]
 
 
 class TopKCollection(StatefulCollection):
+    updates_output = True
+
     def __init__(
         self,
         partition_key: Sequence[int],

@@ -30,6 +30,8 @@ __all__ = ["WindowCollection", "WindowFunction"]
 
 
 class WindowCollection(StatefulCollection):
+    updates_output = True
+
     def __init__(
         self,
         partition_key: Sequence[int],
