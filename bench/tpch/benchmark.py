@@ -71,7 +71,7 @@ class RunResult:
     breakdowns: dict[str, str] = field(default_factory=dict)  # kind -> median run's phases
     writer_without: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     writer_with: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
-    #: step 5's stream transactions: incview attached, the engine caught up before each
+    #: step 4a's stream transactions: incview attached, the engine caught up before each
     writer_idle: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     sustained_changes: int = 0
     sustained_s: float = 0.0
@@ -171,17 +171,7 @@ def run(
             conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {table}_mv")
         streams = RefreshStreams(sf)
 
-        # 2. the writer alone (no slot exists yet), measured as the attached writer is in step 5
-        # (a stream's transaction at a time from this process); after a checkpoint, so that the
-        # load's does not land in these transactions
-        conn.execute("CHECKPOINT")
-        for _ in range(reps):
-            for kind in KINDS:
-                _changed, seconds = streams.next(kind).apply(conn)
-                res.writer_without[kind].append(seconds)
-        log("writer without incview: " + _writer_line(res.writer_without))
-
-        # 3. Postgres' own answers
+        # 2. Postgres' own answers
         res.views = [ViewResult(v) for v in views]
         for vr in res.views:
             v = vr.view
@@ -191,7 +181,18 @@ def run(
             vr.cmv_s = timed(conn, f"CREATE MATERIALIZED VIEW {v.name}_mv AS {v.sql}")
         log("Postgres CREATE TABLE AS / MATERIALIZED VIEW done")
 
-        # 4. population
+        # the writer alone (no slot exists yet), measured as the attached writer is in step 4a:
+        # a stream's transaction at a time from this process, after a checkpoint (the load's and
+        # the views' writes do not land in these transactions), the tables read by step 2 as
+        # population reads them before 5a
+        conn.execute("CHECKPOINT")
+        for _ in range(reps):
+            for kind in KINDS:
+                _changed, seconds = streams.next(kind).apply(conn)
+                res.writer_without[kind].append(seconds)
+        log("writer without incview: " + _writer_line(res.writer_without))
+
+        # 3. population
         sampler = MemorySampler().start()
         engine = Engine(dsn, tmp_path / "state", runner=runner)
         try:
@@ -238,12 +239,21 @@ def run(
             # is not split per view, so only "all views" is reported
             per_view = phases.per_view and runner == "local"
 
-            # 5. refresh streams, one at a time
+            # 4a. the writer with incview attached and idle, measured as the baseline (after a
+            # checkpoint, one stream at a time), each stream applied before the next commits;
+            # not in 4b's loop, whose REFRESHes write the views' data just before each stream
+            conn.execute("CHECKPOINT")
+            for _ in range(reps):
+                for kind in KINDS:
+                    _changed, seconds = streams.next(kind).apply(conn)
+                    res.writer_idle[kind].append(seconds)
+                    engine.catch_up(timeout_s=3600)
+
+            # 4b. refresh streams, one at a time
             for rep in range(reps):
                 for kind in KINDS:
                     stream = streams.next(kind)
-                    changed, seconds = stream.apply(conn)
-                    res.writer_idle[kind].append(seconds)
+                    changed, _seconds = stream.apply(conn)
                     phases.reset()
                     t0 = time.perf_counter()  # committed
                     engine.catch_up(timeout_s=3600)
@@ -264,7 +274,7 @@ def run(
                         f"{sum(vr.refresh_s[kind][-1] for vr in live) * 1000:.0f} ms"
                     )
 
-            # 6. sustained, with a concurrent writer
+            # 5. sustained, with a concurrent writer
             batch = [streams.next(k) for _ in range(rounds) for k in KINDS]
             report, elapsed = run_writer(dsn, batch, engine, sampler)
             for kind, _n, s in report["times"]:
@@ -279,7 +289,7 @@ def run(
             )
             log("writer with incview: " + _writer_line(res.writer_with))
 
-            # 7. checks and state
+            # 6. checks and state
             engine.catch_up(timeout_s=3600)
             status = {s.name: s for s in engine.list_views()}
             for vr in live:

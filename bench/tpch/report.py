@@ -125,10 +125,10 @@ def markdown(res: RunResult) -> str:
         f"a writer process, committed in {res.writer_s:.1f} s) all applied {res.sustained_s:.1f} s "
         f"after the first commit: **{rate:,.0f} changes/s** with {len(res.views) - len(res.refused)} "
         "views attached.",
-        "- Writer transaction, median ms without incview (after a checkpoint) -> incview "
-        "attached, the engine caught up before each transaction (both one stream at a time "
-        "from the bench process) -> attached while the engine catches up (the sustained run's "
-        "writer process; 2 cores shared): "
+        "- Writer transaction, median ms without incview -> incview attached, the engine "
+        "caught up before each transaction (both after a checkpoint, one stream at a time from "
+        "the bench process, no REFRESH between) -> attached while the engine catches up (the "
+        "sustained run's writer process; 2 cores shared): "
         + ", ".join(
             f"{k} {_ms(median(res.writer_without[k]))} -> {_ms(median(res.writer_idle[k]))} "
             f"-> {_ms(median(res.writer_with[k]))}"
