@@ -37,6 +37,7 @@ from bench.tpch.phase_times import PhaseTimes
 from bench.tpch.process_memory import MemorySampler, reset_high_water
 from bench.tpch.queries import ViewQuery
 from bench.tpch.schema import TABLES
+from bench.tpch.settle import settle
 from bench.tpch.streams import KINDS, RefreshStreams, Stream
 from bench.tpch.writer import start_writer
 from engine.engine import Engine
@@ -73,6 +74,8 @@ class RunResult:
     writer_with: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     #: step 4a's stream transactions: incview attached, the engine caught up before each
     writer_idle: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    #: seconds waited for the machine to settle before the writer's times (``settle``)
+    settle_s: dict[str, float] = field(default_factory=dict)
     sustained_changes: int = 0
     sustained_s: float = 0.0
     writer_s: float = 0.0
@@ -182,10 +185,9 @@ def run(
         log("Postgres CREATE TABLE AS / MATERIALIZED VIEW done")
 
         # the writer alone (no slot exists yet), measured as the attached writer is in step 4a:
-        # a stream's transaction at a time from this process, after a checkpoint (the load's and
-        # the views' writes do not land in these transactions), the tables read by step 2 as
-        # population reads them before 5a
-        conn.execute("CHECKPOINT")
+        # a stream's transaction at a time from this process, the tables read by step 2 as
+        # population reads them before 4a, the server settled and checkpointed
+        res.settle_s["without"] = settle(conn)
         for _ in range(reps):
             for kind in KINDS:
                 _changed, seconds = streams.next(kind).apply(conn)
@@ -242,7 +244,7 @@ def run(
             # 4a. the writer with incview attached and idle, measured as the baseline (after a
             # checkpoint, one stream at a time), each stream applied before the next commits;
             # not in 4b's loop, whose REFRESHes write the views' data just before each stream
-            conn.execute("CHECKPOINT")
+            res.settle_s["attached"] = settle(conn)  # the populations' compactions end
             for _ in range(reps):
                 for kind in KINDS:
                     _changed, seconds = streams.next(kind).apply(conn)

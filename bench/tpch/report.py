@@ -126,9 +126,11 @@ def markdown(res: RunResult) -> str:
         f"after the first commit: **{rate:,.0f} changes/s** with {len(res.views) - len(res.refused)} "
         "views attached.",
         "- Writer transaction, median ms without incview -> incview attached, the engine "
-        "caught up before each transaction (both after a checkpoint, one stream at a time from "
-        "the bench process, no REFRESH between) -> attached while the engine catches up (the "
-        "sustained run's writer process; 2 cores shared): "
+        "caught up before each transaction (both one stream at a time from the bench process, "
+        "no REFRESH between, after the server and the engine settled: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in res.settle_s.items())
+        + ", and a checkpoint) -> attached while the engine catches up (the sustained run's "
+        "writer process; 2 cores shared): "
         + ", ".join(
             f"{k} {_ms(median(res.writer_without[k]))} -> {_ms(median(res.writer_idle[k]))} "
             f"-> {_ms(median(res.writer_with[k]))}"
