@@ -3,6 +3,7 @@ the result is the one every time would have given."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 
@@ -47,39 +48,30 @@ def _chunks(seed: int, times: int) -> list[list[tuple]]:
 REGIONS = [(r, f"region {r}") for r in range(0, 8, 2)]
 
 
+def _time(df, t: int, rows: list[tuple], out: Counter) -> None:
+    """One time: ``rows`` of sales in, the output added to ``out``, committed."""
+    df.push("sales", DiffBatch.inserts(rows))
+    for r, w in df.time_end(t).diffs:
+        out[r] += w
+    df.commit(t)
+
+
 def _populate(tmp_path, chunks, defer: bool) -> Counter:
     out: Counter = Counter()
     with StateStore(tmp_path / ("deferred" if defer else "plain")) as store:
         df, top, _ = _build(store)
         CountingTopK.calls = 0
         df.push("regions", DiffBatch.inserts(REGIONS))
-        t = 0
-        if defer:
-            with deferred(df) as held:
-                assert [n.collection for n in held] == [top.collection]
-                for rows in chunks:
-                    t += 1
-                    df.push("sales", DiffBatch.inserts(rows))
-                    for r, w in df.time_end(t).diffs:
-                        out[r] += w
-                    df.commit(t)
+        with deferred(df) if defer else contextlib.nullcontext([top]) as held:
+            assert [n.collection for n in held] == [top.collection]
+            for t, rows in enumerate(chunks, 1):
+                _time(df, t, rows, out)
+            if defer:
                 assert CountingTopK.calls == 0, "a held top-k processed before the last time"
-        else:
-            for rows in chunks:
-                t += 1
-                df.push("sales", DiffBatch.inserts(rows))
-                for r, w in df.time_end(t).diffs:
-                    out[r] += w
-                df.commit(t)
-        for r, w in df.time_end(t + 1).diffs:
-            out[r] += w
-        df.commit(t + 1)
+        _time(df, len(chunks) + 1, [], out)
         assert CountingTopK.calls == (1 if defer else len(chunks))
         # the state after the last time serves later changes alike
-        df.push("sales", DiffBatch.inserts([(9, 10_000)]))
-        for r, w in df.time_end(t + 2).diffs:
-            out[r] += w
-        df.commit(t + 2)
+        _time(df, len(chunks) + 2, [(9, 10_000)], out)
     return Counter({r: w for r, w in out.items() if w})
 
 
