@@ -280,7 +280,7 @@ class ColumnarTopKCollection(StatefulCollection):
         if not parts:
             return _no_rows(self.codec)
         heads = KeyedRows.concat(parts)
-        return heads.take(np.argsort(heads.part, kind="stable"))
+        return heads.take(K.stable_order(heads.part, len(prefixes)))
 
     def _scanned(self, j: int, scan: Scan) -> KeyedRows:
         """A scan's rows as partition ``j``'s KeyedRows."""
@@ -330,7 +330,7 @@ class ColumnarTopKCollection(StatefulCollection):
             part = np.concatenate([part, both.part[extra]])
             old = np.concatenate([old, np.zeros(len(extra), np.int64)])
             new = np.concatenate([new, both.counts[extra]])
-            order = np.argsort(part, kind="stable")
+            order = K.stable_order(part, len(prefixes))
             src, part, old, new = src[order], part[order], old[order], new[order]
         out, start = self._output(both.rows, src, part, old, new)
         self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)

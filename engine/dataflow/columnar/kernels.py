@@ -320,15 +320,27 @@ def _block_string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
-    """The indices that sort ``ids`` (integers in [0, ``bound``)) stably: numpy's default sort
-    (SIMD quicksort) of ``id * n + position``, unique keys, so equal ids keep their order; ~5x
-    ``argsort(kind="stable")`` (timsort for int64) on 100k-400k ids.
+    """The indices that sort ``ids`` (integers in [0, ``bound``)) stably, by least significant
+    digit radix sort: numpy's stable sort of 16-bit integers is a radix sort (O(n)), so ids below
+    2**16 take one pass and ids below 2**32 two (the low halves, then the high halves in that
+    order). On 100k-400k ids ~6x the SIMD quicksort of ``id * n + position`` this replaced,
+    which was ~5x ``argsort(kind="stable")`` (timsort for int64); wider ids fall back to those.
 
     >>> stable_order(np.array([2, 0, 2, 1, 0]), 3).tolist()
     [1, 4, 3, 0, 2]
+    >>> stable_order(np.array([70000, 5, 70000, 65541, 5]), 70001).tolist()
+    [1, 4, 3, 0, 2]
     """
     n = len(ids)
-    if n < 2 or bound * n >= 2**62:
+    if n < 2:
+        return np.arange(n, dtype=np.intp)
+    if bound <= 1 << 16:
+        return np.argsort(np.asarray(ids).astype(np.uint16), kind="stable")
+    if bound <= 1 << 32:
+        wide = np.asarray(ids).astype(np.uint32)
+        low = np.argsort(wide.astype(np.uint16), kind="stable")  # the low 16 bits
+        return low[np.argsort((wide >> 16).astype(np.uint16)[low], kind="stable")]
+    if bound * n >= 2**62:
         return np.argsort(ids, kind="stable")
     return np.argsort(np.asarray(ids, dtype=np.int64) * n + np.arange(n, dtype=np.int64))
 

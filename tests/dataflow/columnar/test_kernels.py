@@ -186,3 +186,16 @@ def test_string_hashes_in_blocks_equal_one_pass(seed, monkeypatch):
     blocked = K.string_hashes(data, offsets)
     assert blocked.tolist() == whole.tolist()
     assert len(set(whole.tolist())) == len(set(texts[7:]))  # distinct strings, distinct hashes
+
+
+@pytest.mark.parametrize("bound", [1, 3, 1 << 16, (1 << 16) + 1, 1 << 20, 1 << 32, 1 << 40])
+def test_stable_order_sorts_stably_at_every_width(bound):
+    """Radix passes of 16 bits (one below 2**16, two below 2**32), the wide fallback past them:
+    the same order as a stable comparison sort, equal ids keeping their positions."""
+    rng = np.random.default_rng(bound)
+    for n in (0, 1, 2, 1000):
+        ids = rng.integers(0, bound, n, dtype=np.int64)
+        if n:  # the extremes, and runs of equal ids
+            ids[: min(n, 4)] = [0, bound - 1, 0, bound - 1][: min(n, 4)]
+        order = K.stable_order(ids, bound)
+        assert order.tolist() == sorted(range(n), key=lambda i: (int(ids[i]), i))
