@@ -63,7 +63,7 @@ class ColumnSpill:
         if not len(weights):
             return
         parts = _partitions(columns, self.seed)
-        order = np.argsort(parts, kind="stable")
+        order = K.stable_order(parts, PARTS)
         bounds = np.searchsorted(parts[order], np.arange(PARTS + 1))
         for p in range(PARTS):
             a, b = int(bounds[p]), int(bounds[p + 1])
