@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.snapshot import SnapshotReader
+from engine.postgres.table_slices import block_ranges
+from engine.postgres.table_slices import table_blocks as heap_blocks
 from engine.postgres.waiting import WaitedTooLong
 from engine.spark.snapshot_source import NAME, TableSlice, decode_batch, encode_plan
 from engine.sql.catalog import SourceTable
@@ -21,14 +23,8 @@ MIN_SLICE_BLOCKS = 256  # 2 MB of heap: smaller tables are read by one task
 
 
 def table_blocks(reader: SnapshotReader, table: SourceTable) -> int:
-    """Heap blocks of ``table`` now (>= its size when the snapshot was taken: every row the
-    snapshot sees lies in one of them)."""
-    row = reader.conn.execute(
-        "SELECT pg_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass) "
-        "/ current_setting('block_size')::int",
-        (table.schema, table.name),
-    ).fetchone()
-    return int(row[0]) if row else 0
+    """Heap blocks of ``table`` now (``table_slices.table_blocks``)."""
+    return heap_blocks(reader.conn, table)
 
 
 def plan_slices(
@@ -45,10 +41,7 @@ def plan_slices(
         as_arrow = arrow(table.qualified_name)
         blocks = table_blocks(reader, table)
         n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS))
-        step = -(-blocks // n) if blocks else 0
-        for i in range(n):
-            first = i * step
-            end = None if i == n - 1 else (i + 1) * step
+        for first, end in block_ranges(blocks, n):
             slices.append(TableSlice(table, columns, first, end, where, as_arrow))
     return slices
 

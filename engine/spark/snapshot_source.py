@@ -29,6 +29,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.nan import loads
 from engine.postgres.arrow_snapshot import ArrowSnapshot, arrow_readable
 from engine.postgres.snapshot import read_table
+from engine.postgres.table_slices import range_where
 from engine.sql.catalog import SourceTable
 
 NAME = "incview_snapshot"
@@ -50,12 +51,7 @@ class TableSlice(InputPartition):
     arrow: bool = True  # read as Arrow where the columns allow (else the row reader)
 
     def where_sql(self) -> str | None:
-        parts = [f"({self.filter_sql})"] if self.filter_sql else []
-        if self.first_block > 0:
-            parts.append(f"ctid >= '({self.first_block},0)'::tid")
-        if self.end_block is not None:
-            parts.append(f"ctid < '({self.end_block},0)'::tid")
-        return " AND ".join(parts) or None
+        return range_where(self.filter_sql, self.first_block, self.end_block)
 
 
 def encode_plan(slices: list[TableSlice]) -> str:
