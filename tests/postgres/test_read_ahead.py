@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine.postgres.read_ahead import read_ahead
+from engine.postgres.read_ahead import read_ahead, read_ahead_all
 
 
 def test_items_arrive_in_order_from_another_thread():
@@ -67,3 +67,54 @@ def test_a_consumer_stopping_early_stops_and_closes_the_reader():
             if item == 3:
                 raise ValueError("the sink failed")
     assert closed.is_set()  # the connection is free again when read_ahead returns
+
+
+def test_several_producers_each_in_order_every_item_once():
+    def items(tag, n):
+        for i in range(n):
+            yield tag, i
+
+    with read_ahead_all([items("a", 40), items("b", 25), items("c", 0)], depth=3) as ahead:
+        got = list(ahead)
+    for tag, n in (("a", 40), ("b", 25)):
+        assert [i for t, i in got if t == tag] == list(range(n))
+    assert len(got) == 65
+
+
+def test_the_byte_budget_bounds_what_is_read_ahead():
+    produced = []
+
+    def items():
+        for i in range(100):
+            produced.append(i)
+            yield b"x" * 1000
+
+    with read_ahead_all([items()], depth=50, budget=3000, size=len) as ahead:
+        next(ahead)
+        time.sleep(0.3)
+        # one handed over, three (3,000 bytes) waiting, one blocked on the budget
+        assert len(produced) <= 5
+        assert sum(1 for _ in ahead) == 99
+
+
+def test_an_error_of_one_producer_stops_the_others():
+    stopped = threading.Event()
+
+    def endless():
+        try:
+            while True:
+                yield 0
+        finally:
+            stopped.set()
+
+    def failing():
+        yield 1
+        raise RuntimeError("one range failed")
+
+    with (
+        pytest.raises(RuntimeError, match="one range failed"),
+        read_ahead_all([endless(), failing()], depth=4) as ahead,
+    ):
+        for _ in ahead:
+            pass
+    assert stopped.is_set()
