@@ -10,6 +10,7 @@ in the middle is finished at the next open.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from engine.free_memory import release_free_memory
 from engine.gc_pause import gc_paused
 from engine.population_progress import PopulationProgress
 from engine.postgres.arrow_snapshot import QUERY_ERRORS, typed_column
-from engine.postgres.read_ahead import read_ahead
+from engine.postgres.parallel_reads import parallel_reads
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.waiting import waits_reported
 from engine.sql.catalog import SourceTable
@@ -38,8 +39,22 @@ from engine.view_runtime import ViewRuntime
 
 log = logging.getLogger(__name__)
 
-#: source batches a population reads ahead of its dataflow (``engine.postgres.read_ahead``)
-READ_AHEAD_BATCHES = 8
+#: source batches a population reads ahead of its dataflow (``engine.postgres.read_ahead``), and
+#: the bytes they may hold
+READ_AHEAD_BATCHES = 128
+READ_AHEAD_BYTES = 128 << 20
+
+
+#: connections reading a population's sources at once (``engine.postgres.parallel_reads``;
+#: ``INCVIEW_POPULATION_READERS``): one, as two lost on two cores (docs/cdc.md)
+def _readers_setting() -> int:
+    raw = os.environ.get("INCVIEW_POPULATION_READERS", "1")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ValueError(f"INCVIEW_POPULATION_READERS must be a whole number >= 1, got {raw!r}")
+    return int(raw)
+
+
+READ_READERS = _readers_setting()
 
 
 class PopulationMixin:
@@ -182,7 +197,8 @@ class PopulationMixin:
     def _read_sources(self, view, reader, tables) -> Iterable[tuple[str, DiffBatch]]:
         """(table, batch) of every source row in ``reader``'s snapshot: read by parallel Spark
         tasks sharing the exported snapshot (runner spark, reads on the executors), or in this
-        process (runner local, or Spark with ``spark.incview.populationReads`` on the driver)."""
+        process on parallel connections (runner local, or Spark with
+        ``spark.incview.populationReads`` on the driver)."""
         # Arrow only where columns reach a collection computing on them: turning Arrow into
         # tuples costs more than the row reader's own (a semi or outer join on top)
         df = view.physical.dataflow
@@ -194,19 +210,15 @@ class PopulationMixin:
             )
             return
 
-        def batches() -> Iterator[tuple[str, DiffBatch]]:
-            for source, columns, where in tables:
-                name = source.qualified_name
-                arrow = df.reads_columns(name)
-                for batch in reader.read_table(source, list(columns), where, arrow=arrow):
-                    yield name, batch
-
-        # the next batches are read while the dataflow computes, up to READ_AHEAD_BATCHES
-        # ahead: a slow server-side scan (a filter passing a quarter of lineitem) then finds
-        # batches of the tables read before it still queued (TPC-H SF 1, Q3/Q5/Q10/Q13 at 2
-        # batches ahead 22.9 s, at 8 20.5 s, at 32 20.3 s; a batch is <= 50,000 rows, 2-9 MB there)
-        with read_ahead(batches(), READ_AHEAD_BATCHES) as ahead:
-            yield from ahead
+        # the reads run on READ_READERS connections in the snapshot (a big table in block
+        # ranges), up to READ_AHEAD_BATCHES batches ahead of the dataflow: a slow server-side
+        # scan (a filter passing a quarter of lineitem) then overlaps the dataflow's work and
+        # the other reads (TPC-H SF 1, Q3/Q5/Q10/Q13 at 2 batches ahead 22.9 s, at 8 20.5 s, at
+        # 32 20.3 s with one reader; a batch is <= 50,000 rows, 2-9 MB there)
+        with parallel_reads(
+            reader, tables, df.reads_columns, READ_READERS, READ_AHEAD_BATCHES, READ_AHEAD_BYTES
+        ) as batches:
+            yield from batches
 
     def repopulate(self, name: str) -> None:
         """Recovery: send view ``name`` back to population (fresh state and snapshot; the result

@@ -360,10 +360,14 @@ class SnapshotReader:
         """As ``read_table``, in this reader's transaction. Consume each iterator fully (or
         close it) before starting the next one: the connection runs one COPY at a time.
         ``arrow=False``: by the row reader (the consumer computes on tuples anyway)."""
-        readable = self._conninfo is not None and arrow_readable(table, columns)
-        if arrow and readable and not self._small(table):
+        if self.reads_arrow(table, columns, arrow):
             return self._read_arrow(table, columns, where_sql, batch_rows, progress)
         return _copy_rows(self.conn, table, columns, where_sql, batch_rows, progress)
+
+    def reads_arrow(self, table: SourceTable, columns: list[str], arrow: bool = True) -> bool:
+        """Whether ``read_table(table, columns, arrow=arrow)`` reads by ADBC (Arrow columns)."""
+        readable = self._conninfo is not None and arrow_readable(table, columns)
+        return arrow and readable and not self._small(table)
 
     def _small(self, table: SourceTable) -> bool:
         """Whether ``table`` is a plain table of less than ``SMALL_TABLE_BYTES`` without
@@ -386,37 +390,62 @@ class SnapshotReader:
         progress: Progress | None,
     ) -> Iterator[DiffBatch]:
         """``read_table`` as Arrow columns by ADBC (``engine.postgres.arrow_snapshot``), in a
-        connection that imported this reader's snapshot. The read is planned here first
-        (``LIMIT 0``), so a missing table or column fails with the row reader's errors."""
-        if batch_rows < 1:
-            raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+        connection that imported this reader's snapshot."""
+        estimate = self.check_read(table, columns, where_sql, progress is not None)
+        done = 0
+        for batch in self.read_arrow_on(self.arrow_reader(), table, columns, where_sql, batch_rows):
+            done += len(batch)
+            if progress is not None:
+                progress(done, estimate)
+            yield batch
+        if progress is not None and done == 0:
+            progress(0, estimate)
+
+    def check_read(
+        self, table: SourceTable, columns: list[str], where_sql: str | None, estimate: bool = False
+    ) -> int | None:
+        """Plan the read on this connection (``LIMIT 0``), so that a missing table or column
+        fails with the row reader's errors before ADBC reads; with ``estimate``, return the
+        table's estimated rows."""
         query, _ = select_query(table, columns, where_sql)
         with _read_errors(table), self.conn.cursor() as cur:
             cur.execute(f"{query} LIMIT 0")
-            estimate = _row_estimate(cur, table) if progress is not None else None
-        done = 0
-        for read in self._arrow_reader().read(table, columns, where_sql):
-            for batch in read.slices(batch_rows):
-                done += len(batch)
-                if progress is not None:
-                    progress(done, estimate)
-                yield batch
-        if progress is not None and done == 0:
-            progress(0, estimate)
+            return _row_estimate(cur, table) if estimate else None
+
+    @staticmethod
+    def read_arrow_on(
+        snap: ArrowSnapshot,
+        table: SourceTable,
+        columns: list[str],
+        where_sql: str | None,
+        batch_rows: int = 50_000,
+    ) -> Iterator[DiffBatch]:
+        """``table``'s rows read by ``snap`` (``arrow_reader`` or ``open_arrow_reader``: a
+        connection in this snapshot) in batches of up to ``batch_rows``; ``check_read`` first."""
+        if batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+        for read in snap.read(table, columns, where_sql):
+            yield from read.slices(batch_rows)
 
     def query_arrow(self, query: str) -> pa.Table | None:
         """``query``'s result in this snapshot as an Arrow table (by ADBC), or None without an
         Arrow reader. A failing query raises; the snapshot's transaction goes on."""
         if self._conninfo is None or arrow_snapshot.adbc is None:
             return None
-        return self._arrow_reader().query(query)
+        return self.arrow_reader().query(query)
 
-    def _arrow_reader(self) -> ArrowSnapshot:
+    def arrow_reader(self) -> ArrowSnapshot:
         """The ADBC connection in this reader's snapshot, opened on first use."""
         if self._arrow is None:
-            assert self._conninfo is not None
-            self._arrow = ArrowSnapshot(self._conninfo, self.export_snapshot())
+            self._arrow = self.open_arrow_reader()
         return self._arrow
+
+    def open_arrow_reader(self) -> ArrowSnapshot:
+        """Another ADBC connection in this reader's snapshot, for a parallel read; the caller
+        closes it before this reader closes. Uses this reader's connection: not while another
+        thread reads on it."""
+        assert self._conninfo is not None
+        return ArrowSnapshot(self._conninfo, self.export_snapshot())
 
     def close(self) -> None:
         """Close the Arrow reader's connection (the reader's own transaction is the caller's)."""
