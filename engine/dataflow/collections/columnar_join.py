@@ -117,7 +117,8 @@ class Unkeyed:
 
 
 class Side:
-    """One side's distinct rows around a time: representatives and old/delta/new weights."""
+    """One side's rows around a time and their old/delta/new weights: distinct rows, or for an
+    insert-only delta the stored and the new rows as they are (``_merge``)."""
 
     __slots__ = ("rows", "kid", "old", "delta", "new")
 
@@ -362,8 +363,33 @@ def key_totals(kid: np.ndarray, weights: np.ndarray, nk: int) -> np.ndarray:
 
 
 def _merge(codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray) -> Side:
-    """The distinct rows of ``stored`` (the keys' committed rows, distinct) and ``delta`` (any
-    rows), each with its key id, old weight (stored) and delta weight (summed)."""
+    """The rows of ``stored`` (the keys' committed rows) and ``delta`` (any rows), each with its
+    key id, old weight (stored) and delta weight: grouped into distinct rows (``_grouped``),
+    except for an insert-only delta, whose rows are taken as they come, each its own record.
+    Equal rows then stay separate records in a key's entry (copies in a table without a primary
+    key, a row inserted again): the same multiset, as every use of a side sums the weights of
+    its rows, and the next time that retracts rows at the key groups them all. Sorting 100k
+    rows' hashes to find the equal ones was most of a population's merge (TPC-H SF 1: Q5
+    ~1.1 s, Q3 ~0.8 s)."""
+    w = np.ascontiguousarray(delta.rec["w"])
+    if not len(delta) or w.min() <= 0:
+        return _grouped(codec, stored, skid, delta, dkid)
+    ns = len(stored)
+    if not ns:
+        return Side(delta, dkid, np.zeros(len(delta), np.int64), w)
+    return Side(
+        Rows.concat([stored, delta]),
+        np.concatenate([skid, dkid]),
+        np.concatenate([np.ascontiguousarray(stored.rec["w"]), np.zeros(len(delta), np.int64)]),
+        np.concatenate([np.zeros(ns, np.int64), w]),
+    )
+
+
+def _grouped(
+    codec: RowCodec, stored: Rows, skid: np.ndarray, delta: Rows, dkid: np.ndarray
+) -> Side:
+    """The distinct rows of ``stored`` and ``delta``, each with its key id, old weight (stored)
+    and delta weight (summed)."""
     ns = len(stored)
     rows = Rows.concat([stored, delta]) if ns else delta
     kid = np.concatenate([skid, dkid]) if ns else dkid
