@@ -107,6 +107,7 @@ class PopulationMixin:
             # ACCESS SHARE on every source now, as the COPYs would: a session holding a
             # conflicting lock is waited for and named here, also when Spark tasks read
             reader.lock_tables([source for source, _, _ in tables])
+            tables = _read_order(view.physical.dataflow, tables)
             # GROUP BYs over one table that Postgres computes (engine.sql.population_aggregate):
             # their input chains are muted; a table feeding nothing else is not read at all
             mutes = self._preload_reduces(view, reader)
@@ -250,6 +251,43 @@ class PopulationMixin:
 
     def _inputs_of_all(self) -> set[str]:
         return {t for v in self.views.values() for t in v.inputs}
+
+
+def _read_order(df, tables: list) -> list:
+    """``tables`` in the order a population reads them: the sources below an outer join's side
+    that is never padded (or an anti join's right side) first, the others after, each group in
+    its order (``read_first_input`` of the collections).
+
+    Any order gives the same state and result (the chunks are a Z-set), not the same work: read
+    the other way, every row of the padded side first comes out padded (or, from an anti join,
+    unmatched) and is retracted when its matches arrive, and the reduces above churn with it.
+    TPC-H SF 1, Q13 (customer LEFT JOIN orders, counted twice), eight alternating runs each:
+    3.45 s on average (3.05-4.02) -> 3.05 s (2.65-3.46) with orders read first. Ordering every
+    view's sources by size instead measured mixed (the most rows first, by Postgres' estimate:
+    Q5 6.3 -> 5.6 s, but Q3 4.2 -> 4.7, Q12 2.5 -> 2.85, Q10 with its nation last 6.9 -> 7.4;
+    over all 11 views 40.2 s either way) and was not taken."""
+    first: set[str] = set()
+    for node in df.nodes:
+        side = getattr(node.collection, "read_first_input", None)
+        if side is not None:
+            first |= _sources_above(node.inputs[side])
+    return sorted(tables, key=lambda t: t[0].qualified_name not in first)
+
+
+def _sources_above(node) -> set[str]:
+    """The sources whose rows reach ``node`` (its input collections' ``source``)."""
+    found, todo, seen = set(), [node], set()
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if not n.inputs:
+            source = getattr(n.collection, "source", None)
+            if source is not None:
+                found.add(source)
+        todo.extend(n.inputs)
+    return found
 
 
 def _chunk_rows(source: SourceTable) -> int:

@@ -55,6 +55,9 @@ class AntiJoinCollection(KeyedJoinCollection):
             )
         self.null_aware = null_aware
         self._arr: DeltaJoin | KeyMatch | None = None
+        #: a population reads the right input first (``population._read_order``): left rows
+        #: then come out only when unmatched, instead of coming out and being retracted
+        self.read_first_input = 1
         self._counters: WeightCounters | None = None
 
     def open(self, store: StateStore | None) -> None:

@@ -63,6 +63,11 @@ class ColumnarOuterJoinCollection(ColumnarInnerJoinCollection):
     def padded_sides(self) -> tuple[bool, bool]:  # type: ignore[override]
         return self.kind != "right", self.kind != "left"
 
+    @property
+    def read_first_input(self) -> int | None:
+        """As ``OuterJoinCollection.read_first_input``: the side never padded (None: FULL)."""
+        return {"left": 1, "right": 0}.get(self.kind)
+
     def describe(self) -> str:
         title = f"{self.kind.capitalize()}OuterJoin (columnar)"
         return describe_join(title, self.left_key, self.right_key, None, self.description)

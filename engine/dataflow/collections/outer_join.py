@@ -58,6 +58,13 @@ class OuterJoinCollection(KeyedJoinCollection):
         self._join: DeltaJoin | None = None
 
     @property
+    def read_first_input(self) -> int | None:
+        """The input a population reads first (``population._read_order``): the side whose rows
+        are never padded, so that the other side's rows find their matches when they arrive
+        instead of coming out padded and being retracted (None for a FULL join)."""
+        return {"left": 1, "right": 0}.get(self.kind)
+
+    @property
     def pads_left(self) -> bool:
         """Whether unmatched left rows are output (LEFT and FULL)."""
         return self.kind != "right"
