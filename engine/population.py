@@ -45,8 +45,6 @@ READ_AHEAD_BATCHES = 128
 READ_AHEAD_BYTES = 128 << 20
 
 
-#: connections reading a population's sources at once (``engine.postgres.parallel_reads``;
-#: ``INCVIEW_POPULATION_READERS``): one, as two lost on two cores (docs/cdc.md)
 def _readers_setting() -> int:
     raw = os.environ.get("INCVIEW_POPULATION_READERS", "1")
     if not raw.strip().isdigit() or int(raw) < 1:
@@ -54,6 +52,8 @@ def _readers_setting() -> int:
     return int(raw)
 
 
+#: connections reading a population's sources at once (``engine.postgres.parallel_reads``;
+#: ``INCVIEW_POPULATION_READERS``): one by default, as two lost on two cores (docs/cdc.md)
 READ_READERS = _readers_setting()
 
 
@@ -212,10 +212,10 @@ class PopulationMixin:
             return
 
         # the reads run on READ_READERS connections in the snapshot (a big table in block
-        # ranges), up to READ_AHEAD_BATCHES batches ahead of the dataflow: a slow server-side
-        # scan (a filter passing a quarter of lineitem) then overlaps the dataflow's work and
-        # the other reads (TPC-H SF 1, Q3/Q5/Q10/Q13 at 2 batches ahead 22.9 s, at 8 20.5 s, at
-        # 32 20.3 s with one reader; a batch is <= 50,000 rows, 2-9 MB there)
+        # ranges), up to READ_AHEAD_BATCHES batches and READ_AHEAD_BYTES ahead of the dataflow:
+        # a slow server-side scan (a filter passing a quarter of lineitem) then goes on while
+        # the dataflow works through a heavy stretch (TPC-H SF 1: Q10 7.29 s at 8 batches
+        # ahead, 6.51 s at 128; a batch is <= 50,000 rows, 2-9 MB there; docs/cdc.md)
         with parallel_reads(
             reader, tables, df.reads_columns, READ_READERS, READ_AHEAD_BATCHES, READ_AHEAD_BYTES
         ) as batches:
