@@ -31,9 +31,9 @@ from engine.postgres.arrow_snapshot import ArrowSnapshot
 from engine.postgres.read_ahead import read_ahead_all
 from engine.postgres.snapshot import SnapshotReader
 from engine.postgres.table_slices import (
-    TID_RANGE_SCAN_VERSION,
     block_ranges,
     range_where,
+    splits_by_ranges,
     table_blocks,
 )
 from engine.sql.catalog import SourceTable
@@ -66,7 +66,7 @@ def plan_pieces(
 ) -> list[ReadPiece]:
     """The pieces of ``tables`` (see the module docstring); ``reads_columns(name)``: whether
     the dataflow computes on that table's columns (else it is read by the row reader)."""
-    split = readers > 1 and reader.conn.info.server_version >= TID_RANGE_SCAN_VERSION
+    split = readers > 1 and splits_by_ranges(reader.conn)
     pieces = []
     for table, columns, where in tables:
         columns = list(columns)

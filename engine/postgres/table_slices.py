@@ -18,6 +18,12 @@ from engine.sql.catalog import SourceTable
 TID_RANGE_SCAN_VERSION = 140000
 
 
+def splits_by_ranges(conn: psycopg.Connection) -> bool:
+    """Whether the server reads a ctid range without scanning the whole table (Postgres 14 and
+    later): before, every slice would scan the table, so a table is read as one slice."""
+    return conn.info.server_version >= TID_RANGE_SCAN_VERSION
+
+
 def table_blocks(conn: psycopg.Connection, table: SourceTable) -> int:
     """Heap blocks of ``table`` now (>= its size when a snapshot was taken before: every row
     the snapshot sees lies in one of them)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.snapshot import SnapshotReader
-from engine.postgres.table_slices import block_ranges
+from engine.postgres.table_slices import block_ranges, splits_by_ranges
 from engine.postgres.table_slices import table_blocks as heap_blocks
 from engine.postgres.waiting import WaitedTooLong
 from engine.spark.snapshot_source import NAME, TableSlice, decode_batch, encode_plan
@@ -33,14 +33,16 @@ def plan_slices(
     parallelism: int,
     arrow: Callable[[str], bool] = lambda table: True,
 ) -> list[TableSlice]:
-    """Block-range slices: about ``2 x parallelism`` per large table, one per small table; the
-    last slice of a table is open-ended. ``arrow(table)``: whether its slices are read as Arrow
+    """Block-range slices: about ``2 x parallelism`` per large table, one per small table (and
+    per table before Postgres 14, ``splits_by_ranges``); the last slice of a table is
+    open-ended. ``arrow(table)``: whether its slices are read as Arrow
     (``Dataflow.reads_columns``)."""
     slices: list[TableSlice] = []
+    split = splits_by_ranges(reader.conn)
     for table, columns, where in tables:
         as_arrow = arrow(table.qualified_name)
         blocks = table_blocks(reader, table)
-        n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS))
+        n = max(1, min(2 * parallelism, blocks // MIN_SLICE_BLOCKS)) if split else 1
         for first, end in block_ranges(blocks, n):
             slices.append(TableSlice(table, columns, first, end, where, as_arrow))
     return slices
