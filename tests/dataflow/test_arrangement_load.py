@@ -7,9 +7,11 @@ import random
 from collections import Counter
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from engine.dataflow.batch import DiffBatch
+from engine.dataflow.columnar.key_reprs import encoded_keys
 from engine.dataflow.nan import loads
 from engine.dataflow.state.arrangement import DeltaJoin
 from engine.dataflow.state.arrangement_load import load_new_keys
@@ -33,13 +35,17 @@ def _entries(store: StateStore, name: str) -> dict[bytes, object]:
     return {k: loads(v) for k, v in store.table(name).scan_all()}
 
 
+@pytest.mark.parametrize("given_keys", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_loading_new_keys_equals_the_delta_join_over_empty_state(tmp_path, seed):
+def test_loading_new_keys_equals_the_delta_join_over_empty_state(tmp_path, seed, given_keys):
+    """``given_keys``: the rows' encode_key bytes come with them (as HotKeys.promote gives them,
+    made column-wise)."""
     rng = random.Random(seed)
     left, right = _rows(rng, rng.choice([20, 400])), _rows(rng, rng.choice([3, 300]))
+    keys = (_keys(left), _keys(right)) if given_keys else None
     with StateStore(tmp_path / "state") as store:
         DeltaJoin(store.table("by_join"), [0], [0], pairs=False).step(left, right)
-        assert load_new_keys(store.table("by_load"), [0], [0], left, right)
+        assert load_new_keys(store.table("by_load"), [0], [0], left, right, keys)
         store.commit(1)
         expected, got = _entries(store, "by_join"), _entries(store, "by_load")
         assert got == expected
@@ -56,6 +62,17 @@ def test_loading_new_keys_equals_the_delta_join_over_empty_state(tmp_path, seed)
             for n in ("by_join", "by_load")
         ]
         assert out[0] == out[1] and out[0]
+
+
+def _keys(batch: DiffBatch) -> list[bytes]:
+    """Each row's encode_key bytes, from its Arrow columns as HotKeys.promote makes them."""
+    columns = [
+        pa.array([None if v is None else Decimal(v) for v in col], pa.decimal128(12, 2))
+        if i < 2
+        else pa.array(col, pa.string())
+        for i, col in enumerate(zip(*batch.rows, strict=True))
+    ]
+    return encoded_keys(columns, {})
 
 
 def _net(pairs: DiffBatch) -> Counter:

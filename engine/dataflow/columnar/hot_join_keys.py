@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.columnar.codec_columns import python_rows
+from engine.dataflow.columnar.key_reprs import encoded_keys
 from engine.dataflow.columnar.row_block import RowCodec, Rows
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, JoinStep
@@ -43,6 +44,15 @@ def tuples(codec: RowCodec, rows: Rows, weights: np.ndarray) -> DiffBatch:
         return DiffBatch()
     cols, nans = codec.arrays(rows)
     return DiffBatch(python_rows(cols, nans), weights.tolist())
+
+
+def keyed(codec: RowCodec, rows: Rows, weights: np.ndarray) -> tuple[DiffBatch, list[bytes]]:
+    """``tuples`` and each row's ``encode_key`` bytes (made column-wise: ``key_reprs``)."""
+    if not len(rows):
+        return DiffBatch(), []
+    cols, nans = codec.arrays(rows)
+    keys = encoded_keys(cols, nans)
+    return DiffBatch(python_rows(cols, nans), weights.tolist()), keys
 
 
 class HotKeys:
@@ -81,7 +91,10 @@ class HotKeys:
     def promote(self, left: Rows, lw: np.ndarray, right: Rows, rw: np.ndarray) -> None:
         """Load the rows (after the time, weights ``lw``/``rw``) of keys that become hot."""
         lc, rc = self.codecs
-        d_left, d_right = tuples(lc, left, lw), tuples(rc, right, rw)
-        # an inner join's keys load without the delta join (an outer join's count matches)
-        if self._tracked or not load_new_keys(self._table, *self._keys, d_left, d_right):
+        if self._tracked:  # an outer join's keys load through the delta join (it counts matches)
+            self._load.step(tuples(lc, left, lw), tuples(rc, right, rw))
+            return
+        (d_left, left_keys), (d_right, right_keys) = keyed(lc, left, lw), keyed(rc, right, rw)
+        keys = (left_keys, right_keys)
+        if not load_new_keys(self._table, *self._keys, d_left, d_right, keys):
             self._load.step(d_left, d_right)
