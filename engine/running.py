@@ -137,6 +137,8 @@ class RunningMixin:
             target = self._advance_catalog.min_state_lsn()
             if target is not None:
                 self._advancer.advance(target)
+                # the next advance then moves the restart point, where every poll decodes from
+                self._restart_marks.after_advance(self._advancer.connection(), self._advancer.slot)
 
     def run(
         self,

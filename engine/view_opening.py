@@ -28,6 +28,7 @@ from engine.plan_lock import FrozenStats, PlanStats
 from engine.postgres.cdc import (
     CdcReader,
 )
+from engine.postgres.restart_point import RestartMarks
 from engine.postgres.view_catalog import ViewCatalog, ViewRecord
 from engine.slot_keeper import SlotKeeper
 from engine.source_schema import FIX as SOURCE_FIX
@@ -104,6 +105,7 @@ class ViewOpeningMixin:
             max_buffered_changes=self.max_buffered_changes,
         )
         self._advancer = CdcReader(self.dsn, SLOT, PUBLICATION)  # under _advance_lock only
+        self._restart_marks = RestartMarks()  # with the advancer's session
         # the slot keeper's own catalog connection (it runs beside the caller's thread)
         self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
         self._slot_keeper = SlotKeeper(self._advance_slot)
