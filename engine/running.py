@@ -3,7 +3,8 @@
 Both wait out an outage of the database with backoff (the long-lived process never exits because
 Postgres went away), repair views due for re-population, and check sources, slot and partitions.
 The slot advances, in the slot keeper's thread, to the smallest state LSN over all views of the
-catalog.
+catalog; when its restart point lags, the keeper marks a new one (``engine.postgres.restart_point``:
+every poll decodes the WAL from there).
 """
 
 from __future__ import annotations
