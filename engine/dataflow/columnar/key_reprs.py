@@ -35,11 +35,10 @@ _MAX_SCALE = 6
 
 
 def encoded_keys(columns: Sequence[pa.Array], nans: dict[int, np.ndarray]) -> list[bytes]:
-    """``[encode_key(row) for row in python_rows(columns, nans)]``: ``nans[i]`` marks the rows
-    whose column i holds a numeric NaN (NULL in the Arrow column)."""
-    n = len(columns[0]) if columns else 0
+    """``[encode_key(row) for row in python_rows(columns, nans)]`` (at least one column):
+    ``nans[i]`` marks the rows whose column i holds a numeric NaN (NULL in the Arrow column)."""
     if not columns:
-        return [b"()"] * n
+        raise ValueError("encoded_keys needs the rows' columns (rows of no column have no count)")
     parts = [_reprs(col, nans.get(i)) for i, col in enumerate(columns)]
     closing = ",)" if len(parts) == 1 else ")"
     joined = pc.binary_join_element_wise("(", *_separated(parts), closing, "")
