@@ -93,7 +93,16 @@ def main(argv: list[str] | None = None) -> int:
 
         dsn = args.dsn or server.create_database("tpch")
         try:
-            res = run(dsn, sf, views, args.runner, reps=reps, rounds=rounds, char=args.char)
+            res = run(
+                dsn,
+                sf,
+                views,
+                args.runner,
+                reps=reps,
+                rounds=rounds,
+                char=args.char,
+                writer_reps=reps if args.quick else None,
+            )
         except ViewError as e:  # e.g. a runner this build does not have yet
             log(f"the engine could not run the benchmark: {e}")
             return 3

@@ -42,6 +42,10 @@ from bench.tpch.streams import KINDS, RefreshStreams, Stream
 from bench.tpch.writer import start_writer
 from engine.engine import Engine
 
+#: the writer's transactions without incview and with it attached and idle: this many of each
+#: kind (three were too few: RF1's attached median moved 30 -> 46 ms between two runs)
+WRITER_REPS = 7
+
 
 @dataclass
 class ViewResult:
@@ -154,7 +158,11 @@ def run(
     rounds: int = 3,
     char: bool = False,
     work_dir: Path | None = None,
+    writer_reps: int | None = None,
 ) -> RunResult:
+    """One run (the module docstring's steps); ``writer_reps``: streams of each kind the writer's
+    measurements commit (default ``WRITER_REPS``, at least ``reps``)."""
+    writer_n = writer_reps if writer_reps is not None else max(reps, WRITER_REPS)
     res = RunResult(sf, runner)
     with tempfile.TemporaryDirectory(prefix="tpch-", dir=work_dir) as tmp:
         tmp_path = Path(tmp)
@@ -188,7 +196,7 @@ def run(
         # a stream's transaction at a time from this process, the tables read by step 2 as
         # population reads them before 4a, the server settled and checkpointed
         res.settle_s["without"] = settle(conn)
-        for _ in range(reps):
+        for _ in range(writer_n):
             for kind in KINDS:
                 _changed, seconds = streams.next(kind).apply(conn)
                 res.writer_without[kind].append(seconds)
@@ -245,7 +253,7 @@ def run(
             # checkpoint, one stream at a time), each stream applied before the next commits;
             # not in 4b's loop, whose REFRESHes write the views' data just before each stream
             res.settle_s["attached"] = settle(conn)  # the populations' compactions end
-            for _ in range(reps):
+            for _ in range(writer_n):
                 for kind in KINDS:
                     _changed, seconds = streams.next(kind).apply(conn)
                     res.writer_idle[kind].append(seconds)
