@@ -270,24 +270,8 @@ def _read_order(df, tables: list) -> list:
     for node in df.nodes:
         side = getattr(node.collection, "read_first_input", None)
         if side is not None:
-            first |= _sources_above(node.inputs[side])
+            first |= df.sources_above(node.inputs[side])
     return sorted(tables, key=lambda t: t[0].qualified_name not in first)
-
-
-def _sources_above(node) -> set[str]:
-    """The sources whose rows reach ``node`` (its input collections' ``source``)."""
-    found, todo, seen = set(), [node], set()
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if not n.inputs:
-            source = getattr(n.collection, "source", None)
-            if source is not None:
-                found.add(source)
-        todo.extend(n.inputs)
-    return found
 
 
 def _chunk_rows(source: SourceTable) -> int:

@@ -179,6 +179,19 @@ class Dataflow:
             result.append(n)
         return result
 
+    def sources_above(self, node: Node) -> set[str]:
+        """The sources whose rows reach ``node`` (through any collections)."""
+        found, todo, seen = set(), [node], set()
+        while todo:
+            n = todo.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if isinstance(n.collection, InputCollection):
+                found.add(n.collection.source)
+            todo.extend(n.inputs)
+        return found
+
     # -- driving --------------------------------------------------------------------------------
     def reads_columns(self, source: str) -> bool:
         """Whether Arrow columns of ``source`` reach a collection that computes on them: from

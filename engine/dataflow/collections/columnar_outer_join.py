@@ -31,7 +31,7 @@ from engine.dataflow.collections.columnar_join import (
     key_totals,
 )
 from engine.dataflow.collections.join import describe_join
-from engine.dataflow.collections.outer_join import unmatched_delta
+from engine.dataflow.collections.outer_join import never_padded_input, unmatched_delta
 from engine.dataflow.columnar.codec_columns import python_rows
 from engine.dataflow.columnar.row_block import Rows
 
@@ -65,8 +65,7 @@ class ColumnarOuterJoinCollection(ColumnarInnerJoinCollection):
 
     @property
     def read_first_input(self) -> int | None:
-        """As ``OuterJoinCollection.read_first_input``: the side never padded (None: FULL)."""
-        return {"left": 1, "right": 0}.get(self.kind)
+        return never_padded_input(self.kind)
 
     def describe(self) -> str:
         title = f"{self.kind.capitalize()}OuterJoin (columnar)"

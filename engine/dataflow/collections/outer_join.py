@@ -36,6 +36,13 @@ def unmatched_delta(
             weights.append(d)
 
 
+def never_padded_input(kind: str) -> int | None:
+    """The input a population reads first (``population._read_order``) for an outer join of
+    ``kind``: the side whose rows are never padded, so that the other side's rows find their
+    matches when they arrive instead of coming out padded and being retracted (None: FULL)."""
+    return {"left": 1, "right": 0}.get(kind)
+
+
 class OuterJoinCollection(KeyedJoinCollection):
     def __init__(
         self,
@@ -59,10 +66,7 @@ class OuterJoinCollection(KeyedJoinCollection):
 
     @property
     def read_first_input(self) -> int | None:
-        """The input a population reads first (``population._read_order``): the side whose rows
-        are never padded, so that the other side's rows find their matches when they arrive
-        instead of coming out padded and being retracted (None for a FULL join)."""
-        return {"left": 1, "right": 0}.get(self.kind)
+        return never_padded_input(self.kind)
 
     @property
     def pads_left(self) -> bool:

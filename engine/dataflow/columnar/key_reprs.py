@@ -56,8 +56,6 @@ def _separated(parts: list[pa.Array]) -> list[pa.Array | str]:
 
 def _reprs(col: pa.Array, nan: np.ndarray | None) -> pa.Array:
     """Each value's ``repr`` as ``encode_key`` writes it (a string array without NULLs)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
     t = col.type
     text: pa.Array | None = None
     if pa.types.is_integer(t):
