@@ -19,10 +19,13 @@ residual is exactly True), without a Python object per row on the common path:
 5. the changed keys' new row blocks are staged in the store's write batch.
 
 ``supports`` says when the column and key types allow it; the physical planner falls back to the
-row join otherwise. A key whose entry would hold more than ``hot_rows`` rows moves to the row
-join's arrangement (``columnar.hot_join_keys``: one entry per row of a big side) and its changes
-are joined there from then on. It keeps nothing in memory between times (state is only the
-tables), and reads only committed state.
+row join otherwise. A key whose entry would hold more than ``hot_rows`` rows becomes hot: its
+rows move to entries of their own, one per row, column-wise (``columnar.hot_rows``); a side of a
+hot key is read where the other side changed and joins as any key's stored rows. The outer and
+semi joins, which track matches, hand hot keys to the row join's arrangement instead
+(``columnar.hot_join_keys``), where an inner join's state from before ``hot_rows`` also has them.
+It keeps nothing in memory between times (state is only the tables), and reads only committed
+state.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from engine.dataflow.collections.join import KeyedJoinCollection, describe_join
 from engine.dataflow.columnar import kernels as K
 from engine.dataflow.columnar.codec_columns import codec_columns, python_rows
 from engine.dataflow.columnar.hot_join_keys import HOT, HotKeys
+from engine.dataflow.columnar.hot_rows import ROW_ENTRIES, HotRows
 from engine.dataflow.columnar.row_block import (
     RowCodec,
     Rows,
@@ -168,6 +172,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             *self.tracked_sides,
             pairs=self.hot_pairs,
         )
+        self.hot_entries = HotRows(hot, self.codecs)
 
     #: whether the output pads unmatched left rows, and unmatched right rows (an outer join's)
     padded_sides: tuple[bool, bool] = (False, False)
@@ -178,6 +183,13 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
     def tracked_sides(self) -> tuple[bool, bool]:
         """The sides whose rows' match state the hot keys' arrangement tracks."""
         return self.padded_sides
+
+    @property
+    def keeps_hot_rows(self) -> bool:
+        """Whether keys that become hot keep their rows here, column-wise (``columnar.hot_rows``:
+        an inner join's), rather than in the row join's arrangement (``columnar.hot_join_keys``:
+        the outer and semi joins', which track matches there)."""
+        return self.hot_pairs and not any(self.tracked_sides)
 
     def describe(self) -> str:
         return describe_join(
@@ -213,7 +225,8 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         raws = self.entries.get_many(heads)
 
         hot = np.fromiter(map(operator.eq, raws, repeat(HOT)), bool, nk)  # C loops, ~3x
-        present = np.fromiter(map(operator.is_not, raws, repeat(None)), bool, nk) & ~hot
+        rowwise = np.fromiter(map(operator.eq, raws, repeat(ROW_ENTRIES)), bool, nk)
+        present = np.fromiter(map(operator.is_not, raws, repeat(None)), bool, nk) & ~hot & ~rowwise
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
         if hot.any():  # the changes to hot keys go the row join's way
             lh, rh = hot[lkid], hot[rkid]
@@ -224,10 +237,15 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             rrows, rkid = rrows.take(np.flatnonzero(~rh)), rkid[~rh]
         at = np.flatnonzero(present)
         sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
-        left = _merge(lc, sl, at[sle], lrows, lkid)
-        right = self._right_side(sr, at[sre], rrows, rkid, nk)
+        slk, srk = at[sle], at[sre]
+        if rowwise.any():
+            sl, slk, sr, srk = self._rowwise_keys(
+                heads, rowwise, (sl, slk, sr, srk), (lrows, lkid, rrows, rkid)
+            )
+        left = _merge(lc, sl, slk, lrows, lkid)
+        right = self._right_side(sr, srk, rrows, rkid, nk)
         parts[:0] = [self._pairs(left, right, nk), *self._unmatched(left, right, nk)]
-        self._stage(heads, present, left, right, nk)
+        self._stage(heads, present, left, right, nk, rowwise)
         return DiffBatch.concat(parts)
 
     # -- what an outer join adds (``ColumnarOuterJoinCollection``) ----------------------------------
@@ -244,6 +262,31 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
     ) -> Side:
         """The right side's distinct rows around the time (a semi join needs one per key)."""
         return _merge(self.codecs[1], stored, skid, delta, dkid)
+
+    def _rowwise_keys(
+        self,
+        heads: list[bytes],
+        rowwise: np.ndarray,
+        stored: tuple[Rows, np.ndarray, Rows, np.ndarray],
+        delta: tuple[Rows, np.ndarray, Rows, np.ndarray],
+    ) -> tuple[Rows, np.ndarray, Rows, np.ndarray]:
+        """The keys ``rowwise`` keep their rows as entries of their own (``columnar.hot_rows``):
+        the committed rows of a side where the other side changed join as any key's stored rows
+        (added to ``stored``: left rows and key ids, right rows and key ids); the delta rows
+        (``delta``, the same four) are staged into their row entries."""
+        sl, slk, sr, srk = stored
+        lrows, lkid, rrows, rkid = delta
+        dl, dr = rowwise[lkid], rowwise[rkid]
+        hl, hlk = self.hot_entries.read(heads, 0, np.unique(rkid[dr]))
+        hr, hrk = self.hot_entries.read(heads, 1, np.unique(lkid[dl]))
+        self.hot_entries.stage(heads, 0, lrows.take(np.flatnonzero(dl)), lkid[dl])
+        self.hot_entries.stage(heads, 1, rrows.take(np.flatnonzero(dr)), rkid[dr])
+        return (
+            Rows.concat([sl, hl]),
+            np.concatenate([slk, hlk]),
+            Rows.concat([sr, hr]),
+            np.concatenate([srk, hrk]),
+        )
 
     def _hot_step(self, left: Rows, right: Rows) -> DiffBatch:
         """The output of the changes to hot keys (weights in the records)."""
@@ -314,25 +357,39 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         return DiffBatch.from_columns([c.take(sel) for c in columns], w[keep])
 
     def _stage(
-        self, heads: list[bytes], present: np.ndarray, left: Side, right: Side, nk: int
+        self,
+        heads: list[bytes],
+        present: np.ndarray,
+        left: Side,
+        right: Side,
+        nk: int,
+        rowwise: np.ndarray,
     ) -> None:
-        """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys);
-        keys that grow past ``hot_rows`` rows move to the row arrangement instead."""
+        """Stage the new row blocks of the keys whose rows changed (deletes for emptied keys),
+        but for the keys ``rowwise`` (already staged); keys that grow past ``hot_rows`` rows
+        become hot instead."""
         changed = np.zeros(nk, bool)
         changed[left.kid[left.delta != 0]] = True
         changed[right.kid[right.delta != 0]] = True
+        changed &= ~rowwise
         lives = [np.flatnonzero(side.new != 0) for side in (left, right)]
         total = np.bincount(left.kid[lives[0]], minlength=nk)
         total += np.bincount(right.kid[lives[1]], minlength=nk)
         promote = changed & (total > self.hot_rows)
         if promote.any():
             moved = [v[promote[s.kid[v]]] for s, v in zip((left, right), lives, strict=True)]
-            self.hot.promote(
-                left.rows.take(moved[0]), left.new[moved[0]],
-                right.rows.take(moved[1]), right.new[moved[1]],
-            )  # fmt: skip
+            if self.keeps_hot_rows:
+                for i, (s, v) in enumerate(zip((left, right), moved, strict=True)):
+                    self.hot_entries.load(heads, i, s.rows.take(v), s.kid[v], s.new[v])
+                mark = ROW_ENTRIES
+            else:
+                self.hot.promote(
+                    left.rows.take(moved[0]), left.new[moved[0]],
+                    right.rows.take(moved[1]), right.new[moved[1]],
+                )  # fmt: skip
+                mark = HOT
             for i in np.flatnonzero(promote).tolist():
-                self.entries.put(heads[i], HOT)
+                self.entries.put(heads[i], mark)
             changed &= ~promote
         blocks = []
         counts = []

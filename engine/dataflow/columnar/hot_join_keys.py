@@ -1,22 +1,23 @@
-"""Hot keys of the columnar join: keys with many rows move to the row join's arrangement.
+"""Hot keys of the columnar outer and semi joins: keys with many rows move to the row join's
+arrangement.
 
-The columnar inner join keeps all rows of a join key (both sides) in one state entry, read and
+The columnar join keeps all rows of a join key (both sides) in one state entry, read and
 rewritten whole whenever the key changes: cheap for the keys of a key/foreign-key join (a few rows
 each), ruinous for a low-cardinality key (60,000 customers under one nation key would be rewritten
-for every change to one of them). A key whose entry would hold more than ``hot_rows`` rows is
-therefore handed to ``DeltaJoin``, the row join's arrangement, in its own column family
-(``<name>.hot``), which keeps a big side of a key in one entry per row and reads it only when the
-other side changed at that key (docs/joins.md). The columnar entry of such a key becomes the marker
-``HOT``; from then on the key's changes go the row way (as tuples). A key stays hot once it was:
-moving back would rewrite its rows again for little gain.
+for every change to one of them). The inner join keeps such keys' rows column-wise, one entry per
+row (``columnar.hot_rows``); the outer and semi joins, which count each row's matches, hand them
+to ``DeltaJoin``, the row join's arrangement, in their own column family (``<name>.hot``), which
+keeps a big side of a key in one entry per row and tracks the padded sides: it also keeps each hot
+key's weight total of the other side (``step`` says which rows gained or lost their last match); a
+semi join needs those rows only, not the pairs (``pairs=False``). The columnar entry of such a key
+becomes the marker ``HOT``; from then on the key's changes go the row way (as tuples). A key stays
+hot once it was: moving back would rewrite its rows again for little gain. An inner join's state
+written before ``columnar.hot_rows`` existed has its hot keys here too, and they are joined here.
 
 ``HotKeys`` converts the hot keys' rows between the two forms and runs the two row-join steps of a
-time: ``pairs`` for the changes to keys that were already hot, ``promote`` for keys that become hot
-in this time (their rows after the time are loaded into the arrangement without output: the
-columnar step already emitted the time's pairs; an inner join's are written directly by
-``state.arrangement_load``). An outer join asks it to track the padded sides: the arrangement
-then also keeps each hot key's weight total of the other side (``step`` says which rows gained
-or lost their last match); a semi join needs those rows only, not the pairs (``pairs=False``).
+time: ``pairs``/``step`` for the changes to keys that were already hot, ``promote`` for keys that
+become hot in this time (their rows after the time are loaded into the arrangement without output:
+the columnar step already emitted the time's pairs).
 """
 
 from __future__ import annotations
@@ -27,11 +28,9 @@ import numpy as np
 
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.columnar.codec_columns import python_rows
-from engine.dataflow.columnar.key_reprs import encoded_keys
 from engine.dataflow.columnar.row_block import RowCodec, Rows
 from engine.dataflow.errs import BatchFn
 from engine.dataflow.state.arrangement import DeltaJoin, JoinStep
-from engine.dataflow.state.arrangement_load import load_new_keys
 from engine.dataflow.state.store import StateTable
 
 #: the columnar entry of a hot key (a packed entry always holds a 12-byte header)
@@ -44,15 +43,6 @@ def tuples(codec: RowCodec, rows: Rows, weights: np.ndarray) -> DiffBatch:
         return DiffBatch()
     cols, nans = codec.arrays(rows)
     return DiffBatch(python_rows(cols, nans), weights.tolist())
-
-
-def keyed(codec: RowCodec, rows: Rows, weights: np.ndarray) -> tuple[DiffBatch, list[bytes]]:
-    """``tuples`` and each row's ``encode_key`` bytes (made column-wise: ``key_reprs``)."""
-    if not len(rows):
-        return DiffBatch(), []
-    cols, nans = codec.arrays(rows)
-    keys = encoded_keys(cols, nans)
-    return DiffBatch(python_rows(cols, nans), weights.tolist()), keys
 
 
 class HotKeys:
@@ -71,9 +61,6 @@ class HotKeys:
     ) -> None:
         self.codecs = codecs
         tracks = {"track_left": track_left, "track_right": track_right}
-        self._table = table
-        self._keys = (left_key, right_key)
-        self._tracked = track_left or track_right
         self._join = DeltaJoin(table, left_key, right_key, residual, pairs=pairs, **tracks)
         self._load = DeltaJoin(table, left_key, right_key, None, pairs=False, **tracks)
 
@@ -91,10 +78,4 @@ class HotKeys:
     def promote(self, left: Rows, lw: np.ndarray, right: Rows, rw: np.ndarray) -> None:
         """Load the rows (after the time, weights ``lw``/``rw``) of keys that become hot."""
         lc, rc = self.codecs
-        if self._tracked:  # an outer join's keys load through the delta join (it counts matches)
-            self._load.step(tuples(lc, left, lw), tuples(rc, right, rw))
-            return
-        (d_left, left_keys), (d_right, right_keys) = keyed(lc, left, lw), keyed(rc, right, rw)
-        keys = (left_keys, right_keys)
-        if not load_new_keys(self._table, *self._keys, d_left, d_right, keys):
-            self._load.step(d_left, d_right)
+        self._load.step(tuples(lc, left, lw), tuples(rc, right, rw))

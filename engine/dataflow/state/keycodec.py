@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -77,13 +77,11 @@ def encode_key(values: tuple) -> bytes:
     return repr(values).encode()
 
 
-def merge_by_key(
-    rows: Sequence[tuple], weights: Sequence[int], keys: Iterable[bytes] | None = None
-) -> dict[bytes, list]:
-    """Weights summed per SQL-equal row: ``encode_key(row) -> [first row, weight]`` (``keys``:
-    the rows' ``encode_key`` bytes when the caller has them already)."""
+def merge_by_key(rows: Sequence[tuple], weights: Sequence[int]) -> dict[bytes, list]:
+    """Weights summed per SQL-equal row: ``encode_key(row) -> [first row, weight]``."""
     merged: dict[bytes, list] = {}
-    for r, w, k in zip(rows, weights, map(encode_key, rows) if keys is None else keys, strict=True):
+    for r, w in zip(rows, weights, strict=True):
+        k = encode_key(r)
         e = merged.get(k)
         if e is None:
             merged[k] = [r, w]

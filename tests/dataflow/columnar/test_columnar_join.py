@@ -32,6 +32,7 @@ from engine.dataflow.collections.join import InnerJoinCollection
 from engine.dataflow.collections.outer_join import OuterJoinCollection
 from engine.dataflow.collections.semi_join import SemiJoinCollection
 from engine.dataflow.columnar.arrow_types import to_arrow_column
+from engine.dataflow.columnar.hot_rows import ROW_ENTRIES
 from engine.dataflow.errs import error_message
 from engine.dataflow.nan import NAN, NUMERIC_NAN
 from engine.dataflow.state.keycodec import encode_key
@@ -185,7 +186,24 @@ def _acc(counter: Counter, batch: DiffBatch) -> None:
 
 def _drive(
     tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_every=9, hot_rows=None,
-    cache_bytes=64 << 20, kind="inner",
+    cache_bytes=64 << 20, kind="inner", row_hot_until=0,
+):  # fmt: skip
+    """Random changes through the row and the columnar join, compared with each other and the
+    nested loop after every time. ``row_hot_until``: until that time the columnar inner join
+    keeps its hot keys in the row arrangement (as it did before ``columnar.hot_rows``), then the
+    state is reopened by today's join."""
+    with pytest.MonkeyPatch.context() as patch:
+        if row_hot_until:
+            patch.setattr(ColumnarInnerJoinCollection, "keeps_hot_rows", False)
+        return _drive_patched(
+            patch, tmp_path, lk, rk, residual, seed, times, nan_ratio, reopen_every, hot_rows,
+            cache_bytes, kind, row_hot_until,
+        )  # fmt: skip
+
+
+def _drive_patched(
+    patch, tmp_path, lk, rk, residual, seed, times, nan_ratio, reopen_every, hot_rows,
+    cache_bytes, kind, row_hot_until,
 ):  # fmt: skip
     rng = random.Random(seed)
     lt = RandomTable(lambda r: left_row(r, nan_ratio), rng, max_changes=10)
@@ -258,6 +276,9 @@ def _drive(
             assert outs["col"] == want, f"time {t}: {outs['col'] - want} vs {want - outs['col']}"
             assert errs["col"] == want_errs
             pair.reopen_every(t, reopen_every)
+            if t == row_hot_until:
+                patch.undo()
+                pair.reopen()
     return outs["col"]
 
 
@@ -285,12 +306,25 @@ def test_residual_and_its_errors(tmp_path, seed):
 
 
 @pytest.mark.parametrize("hot_rows", [1, 4])
-@pytest.mark.parametrize("keys", ["int+numeric-scales", "text"])
-def test_hot_keys_move_to_the_row_arrangement(tmp_path, keys, hot_rows):
+@pytest.mark.parametrize("keys", ["int+numeric-scales", "text", "float"])
+def test_hot_keys_move_to_row_entries(tmp_path, keys, hot_rows):
     """With a tiny ``hot_rows`` keys keep becoming hot mid-stream (with a residual and its
     errors, NaN, reopen and rollback), and the answer stays the row join's."""
     lk, rk = KEYS[keys]
     out = _drive(tmp_path, lk, rk, div_residual, hot_rows, nan_ratio=0.05, hot_rows=hot_rows)
+    assert out
+
+
+@pytest.mark.parametrize("keys", ["int+numeric-scales", "text"])
+def test_hot_keys_in_the_row_arrangement_still_join(tmp_path, keys):
+    """A state whose hot keys went to the row join's arrangement (the columnar inner join's
+    layout before ``columnar.hot_rows``) keeps answering after the reopen, while new hot keys
+    take row entries."""
+    lk, rk = KEYS[keys]
+    out = _drive(
+        tmp_path, lk, rk, div_residual, 5, nan_ratio=0.05, hot_rows=2, times=60,
+        row_hot_until=25, reopen_every=0,
+    )  # fmt: skip
     assert out
 
 
@@ -342,7 +376,7 @@ def test_a_hot_key_is_not_rewritten_for_one_changed_row(tmp_path):
         df.push("r", DiffBatch.inserts([(7, -1), (7, -2)]))
         assert len(df.time_end(1).diffs) == 2000
         df.commit(1)
-        assert coll.table.get_many([next(k for k, _ in coll.table.scan_all())]) == [b"hot"]
+        assert coll.table.get_many([next(k for k, _ in coll.table.scan_all())]) == [ROW_ENTRIES]
         df.push("l", DiffBatch([(7, 5), (7, 5000)], [-1, 1]))
         out = df.time_end(2)
         assert store._staged <= 6, store._staged
