@@ -45,6 +45,7 @@ from engine.dataflow.columnar.codec_columns import codec_columns, python_rows
 from engine.dataflow.columnar.hot_join_keys import HOT, HotKeys
 from engine.dataflow.columnar.hot_rows import ROW_ENTRIES, HotRows
 from engine.dataflow.columnar.row_block import (
+    ENTRY_HEADER,
     RowCodec,
     Rows,
     column_kind,
@@ -222,11 +223,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         nk = len(heads)
         rank = np.empty(nk, np.int64)
         rank[np.asarray(order, np.int64)] = np.arange(nk)
-        raws = self.entries.get_many(heads)
-
-        hot = np.fromiter(map(operator.eq, raws, repeat(HOT)), bool, nk)  # C loops, ~3x
-        rowwise = np.fromiter(map(operator.eq, raws, repeat(ROW_ENTRIES)), bool, nk)
-        present = np.fromiter(map(operator.is_not, raws, repeat(None)), bool, nk) & ~hot & ~rowwise
+        at, packed, hot, rowwise = _entry_kinds(self.entries.get_many(heads))
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
         if hot.any():  # the changes to hot keys go the row join's way
             lh, rh = hot[lkid], hot[rkid]
@@ -235,8 +232,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             )
             lrows, lkid = lrows.take(np.flatnonzero(~lh)), lkid[~lh]
             rrows, rkid = rrows.take(np.flatnonzero(~rh)), rkid[~rh]
-        at = np.flatnonzero(present)
-        sl, sle, sr, sre = unpack_entries(lc, rc, [raws[i] for i in at.tolist()])
+        sl, sle, sr, sre = unpack_entries(lc, rc, packed)
         slk, srk = at[sle], at[sre]
         if rowwise.any():
             sl, slk, sr, srk = self._rowwise_keys(
@@ -245,6 +241,8 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         left = _merge(lc, sl, slk, lrows, lkid)
         right = self._right_side(sr, srk, rrows, rkid, nk)
         parts[:0] = [self._pairs(left, right, nk), *self._unmatched(left, right, nk)]
+        present = np.zeros(nk, bool)
+        present[at] = True
         self._stage(heads, present, left, right, nk, rowwise)
         return DiffBatch.concat(parts)
 
@@ -410,6 +408,32 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         gone = np.flatnonzero(changed & ~nonempty & present).tolist()
         if gone:
             self.entries.delete_many([heads[i] for i in gone])
+
+
+def _entry_kinds(
+    raws: list[bytes | None],
+) -> tuple[np.ndarray, list[bytes], np.ndarray, np.ndarray]:
+    """The keys holding a packed entry (their indices, and the entries), and the masks of the
+    hot keys: in the row arrangement (``HOT``) and kept row-wise (``ROW_ENTRIES``). A marker is
+    shorter than a packed entry's header: two C loops over the keys (``is not None``, ``len``)."""
+    nk = len(raws)
+    at = np.flatnonzero(np.fromiter(map(operator.is_not, raws, repeat(None)), bool, nk))
+    packed = list(map(raws.__getitem__, at.tolist()))
+    hot, rowwise = np.zeros(nk, bool), np.zeros(nk, bool)
+    short = np.flatnonzero(np.fromiter(map(len, packed), np.int64, len(packed)) < ENTRY_HEADER)
+    if not len(short):
+        return at, packed, hot, rowwise
+    for j in short.tolist():
+        mark = packed[j]
+        if mark == HOT:
+            hot[at[j]] = True
+        elif mark == ROW_ENTRIES:
+            rowwise[at[j]] = True
+        else:
+            raise ValueError(f"a join key's state entry holds {mark!r}")
+    keep = np.ones(len(packed), bool)
+    keep[short] = False
+    return at[keep], [packed[j] for j in np.flatnonzero(keep).tolist()], hot, rowwise
 
 
 def key_totals(kid: np.ndarray, weights: np.ndarray, nk: int) -> np.ndarray:

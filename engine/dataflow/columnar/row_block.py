@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 
 from engine.dataflow.columnar import kernels as K
 
-_HEADER = 12
+#: the bytes of a packed entry's header (a state marker beside packed entries is shorter)
+ENTRY_HEADER = 12
 _FLAG_SALT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -282,7 +283,7 @@ def pack_entries(
     head = np.empty((ne, 3), "<u4")
     head[:, 0], head[:, 1], head[:, 2] = lcounts, rcounts, np.diff(loff)
     pieces = [
-        binary_over(np.arange(ne + 1, dtype=np.int64) * _HEADER, head.tobytes()),
+        binary_over(np.arange(ne + 1, dtype=np.int64) * ENTRY_HEADER, head.tobytes()),
         binary_over(ls * lc.dtype.itemsize, left.rec.tobytes()),
         binary_over(rs * rc.dtype.itemsize, right.rec.tobytes()),
         binary_over(loff, ltext),
@@ -340,10 +341,10 @@ def unpack_entries(
     buf = pa.py_buffer(blob)
     starts = run_starts(lengths)[:-1]
     raw = np.frombuffer(blob, np.uint8)
-    head = raw[starts[:, None] + np.arange(_HEADER)].view("<u4").astype(np.int64)
+    head = raw[starts[:, None] + np.arange(ENTRY_HEADER)].view("<u4").astype(np.int64)
     nl, nr, ltext = head[:, 0], head[:, 1], head[:, 2]
     lw, rw = lc.dtype.itemsize, rc.dtype.itemsize
-    lrec_at = starts + _HEADER
+    lrec_at = starts + ENTRY_HEADER
     rrec_at = lrec_at + nl * lw
     ltext_at = rrec_at + nr * rw
     rtext_at = ltext_at + ltext

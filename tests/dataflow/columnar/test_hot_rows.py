@@ -79,3 +79,11 @@ def test_side_prefix_needs_a_join_key_entry():
     assert H.side_prefix(HEADS[0], 1).startswith(b"\x06\x00\x00\x00\x01a")
     with pytest.raises(ValueError, match="not a join key entry"):
         H.side_prefix(b"\x01abc", 0)
+
+
+def test_markers_are_shorter_than_any_packed_entry():
+    """The join tells a hot key's marker from a packed entry by its length."""
+    from engine.dataflow.columnar.hot_join_keys import HOT
+    from engine.dataflow.columnar.row_block import ENTRY_HEADER
+
+    assert len(H.ROW_ENTRIES) < ENTRY_HEADER and len(HOT) < ENTRY_HEADER
