@@ -64,3 +64,24 @@ def _numbers(pattern: str, text: str) -> list[float]:
     found = re.search(pattern, text)
     assert found, text
     return [float(g.replace(",", "")) for g in found.groups()]
+
+
+@pytest.mark.slow
+def test_tpch_scaling_smoke_run(tmp_path):
+    """``--scaling`` at two small scale factors: exits 0 (every view equal to its query), one row
+    per scale factor with its apply and REFRESH figures and the seconds waited for the
+    populations to settle before the streams."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.tpch", "--scaling", "--scaling-sfs", "0.01,0.02",
+         "--reps", "1", "--runner", "local", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    table = (tmp_path / "tpch_scaling_local.md").read_text()
+    rows = re.findall(r"^\| (0\.0[12]) \| ([\d,]+) \| ([\d,.]+) \| ([\d,.]+) \| ([\d.]+)x \|"
+                      r" [\d,.]+ \| [\d.]+x \| (\d+) \|$", table, re.M)  # fmt: skip
+    assert [r[0] for r in rows] == ["0.01", "0.02"], table
+    assert rows[0][4] == "1.00"  # the first scale factor is the base
+    assert all(int(r[5]) >= 2 for r in rows)  # settle waits two quiet seconds at least
+    assert int(rows[1][1].replace(",", "")) > int(rows[0][1].replace(",", ""))
