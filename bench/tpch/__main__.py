@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                                       char=args.char)  # fmt: skip
             text = scaling_markdown(rows)
             (args.out / f"tpch_scaling_{args.runner}.md").write_text(text)
+            (args.out / f"tpch_scaling_{args.runner}.json").write_text(json.dumps(rows, indent=2))
             print(text)
             if refused:
                 log(f"refused by the engine: {', '.join(sorted(refused))}")

@@ -4,6 +4,7 @@ No timing is asserted: the figures are the benchmark's to print, not the test's 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -85,3 +86,6 @@ def test_tpch_scaling_smoke_run(tmp_path):
     assert rows[0][4] == "1.00"  # the first scale factor is the base
     assert all(int(r[5]) >= 2 for r in rows)  # settle waits two quiet seconds at least
     assert int(rows[1][1].replace(",", "")) > int(rows[0][1].replace(",", ""))
+    figures = json.loads((tmp_path / "tpch_scaling_local.json").read_text())
+    assert [r["sf"] for r in figures] == [0.01, 0.02]
+    assert all(r["rf1_apply"] > 0 and r["rf2_apply"] > 0 and r["settle_s"] >= 2 for r in figures)
