@@ -188,7 +188,7 @@ def scaling_markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['sf']:g} | {r['lineitems']:,} | {_ms(r['rf1_apply'])} | {_ms(r['rf2_apply'])} "
             f"| {apply / base:.2f}x | {_ms(r['refresh'])} | {r['refresh'] / apply:.1f}x "
-            f"| {r.get('settle_s', 0):.0f} |"
+            f"| {r['settle_s']:.0f} |"
         )
     lines += [
         "",

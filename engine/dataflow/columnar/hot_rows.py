@@ -98,8 +98,11 @@ class HotRows:
         weights = np.zeros(ng, np.int64)
         np.add.at(weights, ids, np.ascontiguousarray(rows.rec["w"]))
         keys = names.take(pa.array(first)).to_pylist()
-        old = [None] * ng if fresh else self._table.get_many(keys)
-        have = np.fromiter(map(operator.is_not, old, repeat(None)), bool, ng)
+        if fresh:
+            old, have = [], np.zeros(ng, bool)
+        else:
+            old = self._table.get_many(keys)
+            have = np.fromiter(map(operator.is_not, old, repeat(None)), bool, ng)
         if have.any():
             stored = [old[i] for i in np.flatnonzero(have).tolist()]
             weights[have] += np.frombuffer(b"".join(stored), "<i8")

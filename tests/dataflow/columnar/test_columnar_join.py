@@ -192,19 +192,6 @@ def _drive(
     nested loop after every time. ``row_hot_until``: until that time the columnar inner join
     keeps its hot keys in the row arrangement (as it did before ``columnar.hot_rows``), then the
     state is reopened by today's join."""
-    with pytest.MonkeyPatch.context() as patch:
-        if row_hot_until:
-            patch.setattr(ColumnarInnerJoinCollection, "keeps_hot_rows", False)
-        return _drive_patched(
-            patch, tmp_path, lk, rk, residual, seed, times, nan_ratio, reopen_every, hot_rows,
-            cache_bytes, kind, row_hot_until,
-        )  # fmt: skip
-
-
-def _drive_patched(
-    patch, tmp_path, lk, rk, residual, seed, times, nan_ratio, reopen_every, hot_rows,
-    cache_bytes, kind, row_hot_until,
-):  # fmt: skip
     rng = random.Random(seed)
     lt = RandomTable(lambda r: left_row(r, nan_ratio), rng, max_changes=10)
     rt = RandomTable(lambda r: right_row(r, nan_ratio), rng, max_changes=10)
@@ -237,7 +224,9 @@ def _drive_patched(
             coll.hot_rows = hot_rows
         df.build(df.add(coll, df.input("l"), df.input("r")))
 
-    with SideBySide(tmp_path, build) as pair:
+    with pytest.MonkeyPatch.context() as patch, SideBySide(tmp_path, build) as pair:
+        if row_hot_until:  # read by the join at run time, not when it is built
+            patch.setattr(ColumnarInnerJoinCollection, "keeps_hot_rows", False)
         flows = pair.flows
         for t in range(1, times + 1):
             dl, dr = lt.step(), rt.step()
