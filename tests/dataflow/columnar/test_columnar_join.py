@@ -32,6 +32,7 @@ from engine.dataflow.collections.join import InnerJoinCollection
 from engine.dataflow.collections.outer_join import OuterJoinCollection
 from engine.dataflow.collections.semi_join import SemiJoinCollection
 from engine.dataflow.columnar.arrow_types import to_arrow_column
+from engine.dataflow.columnar.hot_join_keys import HOT
 from engine.dataflow.columnar.hot_rows import ROW_ENTRIES
 from engine.dataflow.errs import error_message
 from engine.dataflow.nan import NAN, NUMERIC_NAN
@@ -186,18 +187,20 @@ def _acc(counter: Counter, batch: DiffBatch) -> None:
 
 def _drive(
     tmp_path, lk, rk, residual, seed, times=50, nan_ratio=0.0, reopen_every=9, hot_rows=None,
-    cache_bytes=64 << 20, kind="inner", row_hot_until=0,
+    cache_bytes=64 << 20, kind="inner", row_hot_until=0, markers=None,
 ):  # fmt: skip
     """Random changes through the row and the columnar join, compared with each other and the
     nested loop after every time. ``row_hot_until``: until that time the columnar inner join
     keeps its hot keys in the row arrangement (as it did before ``columnar.hot_rows``), then the
-    state is reopened by today's join."""
+    state is reopened by today's join. ``markers``: a Counter that receives, at the end, how
+    many of the columnar join's keys are marked ``HOT`` and ``ROW_ENTRIES``."""
     rng = random.Random(seed)
     lt = RandomTable(lambda r: left_row(r, nan_ratio), rng, max_changes=10)
     rt = RandomTable(lambda r: right_row(r, nan_ratio), rng, max_changes=10)
     outs = {"row": Counter(), "col": Counter()}
     errs = {"row": Counter(), "col": Counter()}
     lefts, rights = Counter(), Counter()
+    built: list = []  # the columnar join of each opening
 
     def build(path, df):
         if kind == "semi":
@@ -222,6 +225,8 @@ def _drive(
             )
         if hot_rows is not None and path == "col":
             coll.hot_rows = hot_rows
+        if path == "col":
+            built.append(coll)
         df.build(df.add(coll, df.input("l"), df.input("r")))
 
     with pytest.MonkeyPatch.context() as patch, SideBySide(tmp_path, build) as pair:
@@ -268,6 +273,9 @@ def _drive(
             if t == row_hot_until:
                 patch.undo()
                 pair.reopen()
+        if markers is not None:
+            values = [v for _, v in built[-1].table.scan_all()]
+            markers.update(v for v in values if v in (HOT, ROW_ENTRIES))
     return outs["col"]
 
 
@@ -304,17 +312,23 @@ def test_hot_keys_move_to_row_entries(tmp_path, keys, hot_rows):
     assert out
 
 
+#: the last time of the old layout: the text keys (five values) are all hot by time 25
+ROW_HOT_UNTIL = {"int+numeric-scales": 25, "text": 6}
+
+
 @pytest.mark.parametrize("keys", ["int+numeric-scales", "text"])
 def test_hot_keys_in_the_row_arrangement_still_join(tmp_path, keys):
     """A state whose hot keys went to the row join's arrangement (the columnar inner join's
     layout before ``columnar.hot_rows``) keeps answering after the reopen, while new hot keys
     take row entries."""
     lk, rk = KEYS[keys]
+    markers: Counter = Counter()
     out = _drive(
         tmp_path, lk, rk, div_residual, 5, nan_ratio=0.05, hot_rows=2, times=60,
-        row_hot_until=25, reopen_every=0,
+        row_hot_until=ROW_HOT_UNTIL[keys], reopen_every=0, markers=markers,
     )  # fmt: skip
     assert out
+    assert markers[HOT] and markers[ROW_ENTRIES], markers  # both layouts joined side by side
 
 
 @pytest.mark.parametrize("seed", range(2))
