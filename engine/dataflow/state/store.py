@@ -485,11 +485,13 @@ class StateTable:
         self.store._staged += 1
 
     def delete_many(self, keys: list[bytes]) -> None:
-        delete, handle = self.store._batch.delete, self._handle
         if len(keys) >= _SORTED_WRITE_KEYS:
-            keys = sorted(keys)  # the order of deletes of distinct keys does not matter
-        for k in keys:
-            delete(k, handle)
+            order = key_order(keys)  # the order of deletes of distinct keys does not matter
+            if order is not None:
+                keys = itemgetter(*order.tolist())(keys)
+            elif max(map(len, keys)) > _SORTED_WRITE_MAX_KEY:
+                keys = sorted(keys)
+        deque(map(self.store._batch.delete, keys, repeat(self._handle)), maxlen=0)
         self.store._staged += len(keys)
 
     def delete_prefix(self, prefix: bytes) -> None:
