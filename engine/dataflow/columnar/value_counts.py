@@ -154,7 +154,7 @@ class ValueCounts:
         raw = _sortable(h, l_)
         entry_keys = _entry_keys(prefixes, g, raw)
         stored = self.table.get_many(entry_keys)
-        # a stored count is 8 nonzero bytes; an absent entry counts 0
+        # a stored count is 8 bytes (never empty, so truthy); an absent entry (None) counts 0
         old = np.frombuffer(b"".join([v or _NO_COUNT for v in stored]), dtype="<i8")
         new = old + dw
         keep, drop = np.flatnonzero(new), np.flatnonzero(new == 0)
