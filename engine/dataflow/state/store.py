@@ -486,11 +486,7 @@ class StateTable:
 
     def delete_many(self, keys: list[bytes]) -> None:
         if len(keys) >= _SORTED_WRITE_KEYS:
-            order = key_order(keys)  # the order of deletes of distinct keys does not matter
-            if order is not None:
-                keys = itemgetter(*order.tolist())(keys)
-            elif max(map(len, keys)) > _SORTED_WRITE_MAX_KEY:
-                keys = sorted(keys)
+            keys = sorted(keys)  # the order of deletes of distinct keys does not matter
         deque(map(self.store._batch.delete, keys, repeat(self._handle)), maxlen=0)
         self.store._staged += len(keys)
 

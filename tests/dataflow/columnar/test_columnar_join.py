@@ -274,8 +274,7 @@ def _drive(
                 patch.undo()
                 pair.reopen()
         if markers is not None:
-            values = [v for _, v in built[-1].table.scan_all()]
-            markers.update(v for v in values if v in (HOT, ROW_ENTRIES))
+            markers.update(v for _, v in built[-1].table.scan_all() if v in (HOT, ROW_ENTRIES))
     return outs["col"]
 
 
