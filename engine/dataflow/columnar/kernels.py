@@ -40,11 +40,66 @@ def _plain(column: pa.Array) -> pa.Array:
     return column.storage if isinstance(column.type, pa.ExtensionType) else column
 
 
+#: columns shorter than this are hashed (the sort path's fixed costs)
+_MIN_RUN_CODES = 1024
+#: at most one descent in this many rows sends an integer column to ``_sorted_run_codes``
+_MAX_DESCENT_SHARE = 64
+
+
 def _codes(column: pa.Array) -> tuple[np.ndarray, int]:
-    """Dense codes of one column's distinct values (NULL is a value) and how many there are."""
+    """Dense codes of one column's distinct values (NULL is a value) and how many there are,
+    numbered by first appearance."""
     column = _plain(column)
+    runs = _sorted_run_codes(column)
+    if runs is not None:
+        return runs
     enc = pc.dictionary_encode(normalize_floats(column), null_encoding="encode")
     return np.asarray(enc.indices, dtype=np.int64), len(enc.dictionary)
+
+
+def _sorted_run_codes(column: pa.Array | np.ndarray) -> tuple[np.ndarray, int] | None:
+    """``_codes`` of a NULL-free integer (or date, timestamp) column made of a few ascending runs,
+    by sorting instead of hashing; None for any other column.
+
+    A table read in the order of its key (TPC-H's lineitem and orders by order key, any table
+    loaded in key order) hands population such columns, one run or a few (the parallel readers'
+    pages interleave). ``dictionary_encode`` hashes every value: 100k distinct int64 keys cost it
+    5-6 ms, whose hash table outgrows the CPU cache; one ascending run is numbered in one pass
+    (0.6 ms), and 70 runs by a stable sort, which merges runs (timsort: 1.8 ms). Columns with
+    more than one descent in ``_MAX_DESCENT_SHARE`` rows are left to hashing (the check costs
+    ~0.05 ms).
+    """
+    if isinstance(column, pa.Array):
+        t = column.type
+        if column.null_count:
+            return None
+        if pa.types.is_temporal(t):
+            column = column.view(pa.int32() if t.bit_width == 32 else pa.int64())
+        elif not pa.types.is_integer(t):
+            return None
+        column = np.asarray(column)
+    n = len(column)
+    if n < _MIN_RUN_CODES:
+        return None
+    descents = int(np.count_nonzero(column[1:] < column[:-1]))
+    if descents > n // _MAX_DESCENT_SHARE:
+        return None
+    order = None if not descents else np.argsort(column, kind="stable")
+    ordered = column if order is None else column[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    ids = np.cumsum(new, dtype=np.int64)
+    ids -= 1
+    groups = int(ids[-1]) + 1
+    if order is None:  # runs numbered in order of appearance already
+        return ids, groups
+    # number the groups by their first row (stable: a group's first sorted row is its first)
+    rank = np.empty(groups, dtype=np.int64)
+    rank[np.argsort(order[new], kind="stable")] = np.arange(groups)
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = rank[ids]
+    return codes, groups
 
 
 def group_index(columns: list[pa.Array], n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +141,9 @@ def exact_group_index(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
 
 def first_appearance_groups(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(group id of each value, numbered by first appearance; each group's first position)."""
+    runs = _sorted_run_codes(values)
+    if runs is not None:
+        return _firsts(runs[0])
     return _firsts(np.asarray(pc.dictionary_encode(values).indices, dtype=np.int64))
 
 

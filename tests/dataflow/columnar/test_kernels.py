@@ -168,6 +168,43 @@ def test_hashed_group_index_equals_the_exact_one(seed, monkeypatch):
     assert ids2.tolist() == want_ids.tolist() and first2.tolist() == want_first.tolist()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_integer_runs_are_numbered_as_the_dictionary_numbers_them(seed):
+    """An integer, date or timestamp column of a few ascending runs (a table read in key order
+    by several readers) gets the codes and count of ``dictionary_encode`` by sorting: keys
+    repeated across runs, one run, and columns that are not mostly ascending (hashed)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2_000, 6_000))
+    values = np.sort(rng.integers(0, [5, 300, 10**7][seed % 3], n))
+    runs = np.array_split(values, int(rng.integers(1, 30)))
+    rng.shuffle(runs)
+    storage, typ = [
+        (np.int64, pa.int64()),
+        (np.int32, pa.int32()),
+        (np.int32, pa.date32()),
+        (np.int64, pa.timestamp("us")),
+        (np.int16, pa.int16()),
+        (np.int64, pa.int64()),
+    ][seed]
+    columns = {
+        "runs": pa.array(np.concatenate(runs).astype(storage)).view(typ),
+        "random": pa.array(rng.permutation(values)),
+    }
+    for kind, column in columns.items():
+        encoded = pa.compute.dictionary_encode(column)
+        want = np.asarray(encoded.indices).tolist(), len(encoded.dictionary)
+        codes, count = K._codes(column)
+        assert (codes.tolist(), count) == want
+        by_runs = K._sorted_run_codes(column)
+        if kind == "runs":
+            assert by_runs is not None and (by_runs[0].tolist(), by_runs[1]) == want
+        elif seed % 3:  # shuffled distinct-enough values descend far too often
+            assert by_runs is None
+    with_null = pa.array([1, 1, None] * 500)
+    assert K._sorted_run_codes(with_null) is None
+    assert K._codes(with_null)[1] == 2
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_string_hashes_in_blocks_equal_one_pass(seed, monkeypatch):
     """Hashing a long string column a block of rows at a time (bounded temporaries) gives the
