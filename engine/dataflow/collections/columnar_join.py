@@ -404,7 +404,8 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
             values = pack_entries(
                 self.codecs[0], blocks[0], counts[0][put], self.codecs[1], blocks[1], counts[1][put]
             )
-            self.entries.put_many([heads[i] for i in put.tolist()], values)
+            keys = heads if len(put) == nk else [heads[i] for i in put.tolist()]
+            self.entries.put_many(keys, values)
         gone = np.flatnonzero(changed & ~nonempty & present).tolist()
         if gone:
             self.entries.delete_many([heads[i] for i in gone])
