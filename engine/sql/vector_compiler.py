@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from engine.dataflow.columnar import number_kernels as N
 from engine.dataflow.columnar import vector_kernels as K
-from engine.dataflow.columnar.vectors import Kind, Vec, constant, python_constant
+from engine.dataflow.columnar.vectors import Kind, NeedsRows, Vec, constant, python_constant
 from engine.errors import UnsupportedSQL
 from engine.sql.expression_compiler import (
     ColumnRef,
@@ -34,13 +34,17 @@ _CMP = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", ex
 
 
 def _numbers(a: Vec, b: Vec) -> tuple[Vec, Vec]:
-    """Two values of the numeric category made comparable exactly (int/numeric at one scale,
-    an int beside a float as a float where exact), as Python compares them in the row path."""
+    """Two values of the numeric category made comparable exactly (int/numeric at one scale, or
+    as the sign of their difference where one scale does not fit 64 bits; an int beside a float
+    as a float where exact), as Python compares them in the row path."""
     if a.kind is b.kind and a.kind is not Kind.NUMERIC:
         return a, b
     kinds = {a.kind, b.kind}
     if kinds <= {Kind.INT, Kind.NUMERIC}:
-        return N.align_numeric(a, b)
+        try:
+            return N.align_numeric(a, b)
+        except NeedsRows:  # a value past 64 bits at the common scale
+            return N.order_signs(a, b)
     if kinds == {Kind.INT, Kind.FLOAT}:
         a = N.int_to_float(a, exact=True) if a.kind is Kind.INT else a
         b = N.int_to_float(b, exact=True) if b.kind is Kind.INT else b

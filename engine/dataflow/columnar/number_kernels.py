@@ -161,6 +161,29 @@ def align_numeric(a: Vec, b: Vec) -> tuple[Vec, Vec]:
     return rescale(a, s), rescale(b, s)
 
 
+def order_signs(a: Vec, b: Vec) -> tuple[Vec, Vec]:
+    """Two integers or numerics whose scales cannot be aligned in 64 bits (a bigint past
+    ~9.2e16 beside a numeric of scale 2, ...) as (the sign of ``a - b``, 0): operands that
+    compare as ``a`` and ``b`` do, exactly. The value at the larger scale is split into its
+    floor at the smaller scale and a remainder (``y = q * 10**k + r``, 0 <= r < 10**k): the
+    other value ``x`` is above it where ``x > q``, equal where ``x == q`` and ``r == 0``."""
+    flip = a.scale > b.scale
+    low, high = (b, a) if flip else (a, b)
+    k = high.scale - low.scale
+    y = high.values
+    if k > 18:  # |y| < 10**19 <= 10**k: y / 10**k lies in (-1, 1)
+        q = np.where(y < 0, -1, 0)
+        fraction = y != 0
+    else:
+        q, r = np.divmod(y, _POW10[k])
+        fraction = r != 0
+    x = low.values
+    sign = np.where(x > q, 1, np.where(x < q, -1, np.where(fraction, -1, 0))).astype(np.int64)
+    if flip:
+        sign = -sign
+    return Vec(Kind.INT, sign, a.valid), Vec(Kind.INT, np.zeros_like(sign), b.valid)
+
+
 def numeric_arith(op: str, a: Vec, b: Vec) -> Vec:
     """numeric ``+ - *``, exact: the scale of ``+``/``-`` is the larger one, of ``*`` the sum."""
     if op == "*":

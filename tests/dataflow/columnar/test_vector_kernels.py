@@ -248,6 +248,36 @@ def test_numerics():
     assert python_constant(Kind.NUMERIC, Decimal("-1.250")).scale == 3
 
 
+@pytest.mark.parametrize("scales", [(0, 2), (2, 0), (1, 5), (0, 18), (0, 19), (3, 25)])
+def test_order_signs_compare_any_scales_exactly(scales):
+    """Integers and numerics whose common scale does not fit 64 bits (bigint extremes beside a
+    numeric) compare through the sign of their difference as Decimal compares them: values
+    near the int64 limits, equal values at both scales, and a fraction just above or below."""
+    rng = random.Random(sum(scales))
+    sa, sb = scales
+    xs = [I64 - 1, -I64 + 1, 0, 1, -1, 10**17, -(10**17)] + [
+        rng.randint(-I64 + 1, I64 - 1) for _ in range(60)
+    ]
+    ys = []
+    for x in xs:  # the same value at b's scale where it fits, and neighbours of it
+        exact = Decimal(x).scaleb(-sa).scaleb(sb)
+        near = int(exact) if -I64 < exact < I64 else rng.randint(-I64 + 1, I64 - 1)
+        ys += [near, near + (near < I64 - 1), near - (near > -I64 + 1)]
+    xs = [x for x in xs for _ in range(3)]
+    a = Vec(Kind.INT if sa == 0 else Kind.NUMERIC, np.array(xs, dtype=np.int64), None, sa)
+    b = Vec(Kind.NUMERIC, np.array(ys, dtype=np.int64), None, sb)
+    sign_a, zero = N.order_signs(a, b)
+    want = [
+        (Decimal(x).scaleb(-sa) > Decimal(y).scaleb(-sb))
+        - (Decimal(x).scaleb(-sa) < Decimal(y).scaleb(-sb))
+        for x, y in zip(xs, ys, strict=True)
+    ]
+    assert sign_a.values.tolist() == want and not zero.values.any()
+    for op in ("==", "<", ">="):
+        got = K.compare(op, sign_a, zero).values.tolist()
+        assert got == [{"==": w == 0, "<": w < 0, ">=": w >= 0}[op] for w in want]
+
+
 def test_numeric_text_and_decimal128_output():
     v = Vec(Kind.NUMERIC, np.array([-1, 0, 12345, -5000], dtype=np.int64), None, 3)
     assert values(K.to_text(v, 4), 4) == ["-0.001", "0.000", "12.345", "-5.000"]
