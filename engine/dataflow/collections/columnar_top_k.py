@@ -216,6 +216,18 @@ class ColumnarTopKCollection(StatefulCollection):
         pcols, pnans = pick(self.partition_key)
         flags = [pa.array(m) for m in pnans if m is not None]  # numeric NaN apart from NULL
         code, first_row = K.group_index(pcols + flags, n)
+        # partitions numbered in the byte order of their prefixes: heads read, and tails
+        # written, in RocksDB's order
+        at = pa.array(first_row, pa.int64())
+        all_prefixes = partition_bytes(
+            [c.take(at) for c in pcols], [None if m is None else m[first_row] for m in pnans],
+            len(first_row),
+        )  # fmt: skip
+        by_prefix = pc.sort_indices(all_prefixes)
+        rank = np.empty(len(first_row), np.int64)
+        rank[np.asarray(by_prefix)] = np.arange(len(first_row))
+        code = rank[code]
+        all_prefixes = all_prefixes.take(by_prefix)
         sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
         identity = identity_bytes(*pick(self.payload), n)
         rk = pc.binary_join_element_wise(sortable, identity, b"")
@@ -240,11 +252,7 @@ class ColumnarTopKCollection(StatefulCollection):
             [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
         )
         seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
-        rep = first_row[kept_code[new_part]]
-        at = pa.array(rep, pa.int64())
-        prefixes = partition_bytes(
-            [c.take(at) for c in pcols], [None if m is None else m[rep] for m in pnans], len(rep)
-        ).to_pylist()
+        prefixes = all_prefixes.take(pa.array(kept_code[new_part])).to_pylist()
         return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
 
     def _lookup(self, prefixes: list[bytes]):
