@@ -116,8 +116,14 @@ class ColumnarDistinctCollection(StatefulCollection):
             return DiffBatch()
         rep = first[changed]  # each changed row's first occurrence in the delta
         firsts = [c.take(pa.array(rep)) for c in columns]
-        keys = K.key_bytes(firsts)
-        if suffix is not None:
+        raw = K.key_bytes_array(firsts)
+        if suffix is None:  # in the keys' byte order: read and written in RocksDB's order
+            order = np.asarray(pc.sort_indices(raw))
+            keys = raw.take(order).to_pylist()
+            changed, rep = changed[order], rep[order]
+            firsts = [c.take(order) for c in firsts]
+        else:
+            keys = raw.to_pylist()
             tails = suffix.take(pa.array(rep)).to_pylist()
             keys = [k if s is None else k + s for k, s in zip(keys, tails, strict=True)]
 
