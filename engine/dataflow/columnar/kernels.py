@@ -73,7 +73,7 @@ def _sorted_run_codes(column: pa.Array | np.ndarray) -> tuple[np.ndarray, int] |
         t = column.type
         if column.null_count:
             return None
-        if pa.types.is_temporal(t):
+        if pa.types.is_temporal(t) and t.bit_width in (32, 64):  # not intervals (128 bits)
             column = column.view(pa.int32() if t.bit_width == 32 else pa.int64())
         elif not pa.types.is_integer(t):
             return None

@@ -203,6 +203,8 @@ def test_integer_runs_are_numbered_as_the_dictionary_numbers_them(seed):
     with_null = pa.array([1, 1, None] * 500)
     assert K._sorted_run_codes(with_null) is None
     assert K._codes(with_null)[1] == 2
+    intervals = pa.array([pa.MonthDayNano([1, 2, 3])] * 1500)  # 128 bits: hashed
+    assert K._sorted_run_codes(intervals) is None and K._codes(intervals)[1] == 1
 
 
 @pytest.mark.parametrize("seed", range(3))
