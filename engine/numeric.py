@@ -157,7 +157,8 @@ def pg_numeric_div_text_array(nums: np.ndarray, num_scale: int, dens: np.ndarray
     one pass per distinct number of fraction digits, rounded half away from zero with the carry
     propagated through the digit groups; the text is a matrix of ASCII bytes (four digits a
     table lookup) whose kept bytes are the string array's data (``_texts``; 10k averages of
-    quantities, measured: 3.9 ms by Arrow string kernels, 1.2 ms so)."""
+    quantities, the whole division measured: 3.9 ms with the text by Arrow string kernels,
+    3.4 ms so)."""
     import pyarrow as pa
 
     if len(nums) == 0:

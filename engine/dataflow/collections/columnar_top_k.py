@@ -39,7 +39,9 @@ is emptied by a rollback. It must not keep more than the cache's budget in memor
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -176,8 +178,8 @@ class ColumnarTopKCollection(StatefulCollection):
         if not len(changes):
             return DiffBatch()
         ends, blobs, counts = self._lookup(prefixes)
-        complete = np.fromiter((e is None for e in ends), bool, len(ends))
-        end_of = pa.array([b"" if e is None else e for e in ends], pa.large_binary())
+        complete = np.fromiter(map(operator.is_, ends, repeat(None)), bool, len(ends))
+        end_of = pc.fill_null(pa.array(ends, pa.large_binary()), b"")
         past = np.asarray(pc.greater(changes.rk, end_of.take(pa.array(changes.part))), bool)
         past &= ~complete[changes.part]
         active = np.zeros(len(prefixes), bool)
@@ -198,7 +200,8 @@ class ColumnarTopKCollection(StatefulCollection):
             now_ends = ends
         self.compaction.run(prefixes, now_ends, tail, suffix, time)
         tail.stage_blind(self.table, prefixes, suffix)
-        misses = [j for j in np.flatnonzero(~active).tolist() if blobs[j] is None]
+        unread = np.fromiter(map(operator.is_, blobs, repeat(None)), bool, len(blobs))
+        misses = np.flatnonzero(~active & unread).tolist()
         self.cache.put_many(
             [prefixes[j] for j in misses], [ends[j] for j in misses], [None] * len(misses),
             [0] * len(misses),
@@ -263,9 +266,9 @@ class ColumnarTopKCollection(StatefulCollection):
             raws = self.heads.get_many([prefixes[j] for j in miss])
             for j, raw in zip(miss, raws, strict=True):
                 cached[j] = (decode_meta(raw), None, 0)
-        ends = [c[0] for c in cached]  # type: ignore[index]
-        blobs = [c[1] for c in cached]  # type: ignore[index]
-        counts = [c[2] for c in cached]  # type: ignore[index]
+        if not cached:
+            return [], [], []
+        ends, blobs, counts = map(list, zip(*cached, strict=True))  # one C-level transpose
         return ends, blobs, counts
 
     def _heads(self, act, prefixes, ends, blobs, counts, suffix) -> KeyedRows:
