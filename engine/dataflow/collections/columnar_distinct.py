@@ -118,7 +118,7 @@ class ColumnarDistinctCollection(StatefulCollection):
         firsts = [c.take(pa.array(rep)) for c in columns]
         raw = K.key_bytes_array(firsts)
         if suffix is None:  # in the keys' byte order: read and written in RocksDB's order
-            order = np.asarray(pc.sort_indices(raw))
+            order, _ = K.byte_order(raw)
             keys = raw.take(order).to_pylist()
             changed, rep = changed[order], rep[order]
             firsts = [c.take(order) for c in firsts]

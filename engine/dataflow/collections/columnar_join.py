@@ -218,11 +218,9 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         ids, first = K.group_index(keycols)
         sel = pa.array(first)
         entries = K.length_prefixed(KEYS, K.key_bytes_array([c.take(sel) for c in keycols]))
-        order = pc.sort_indices(entries)  # sorted keys read faster
+        order, rank = K.byte_order(entries)  # sorted keys read faster
         heads = entries.take(order).to_pylist()  # = key_entry(key bytes), key by key
         nk = len(heads)
-        rank = np.empty(nk, np.int64)
-        rank[np.asarray(order, np.int64)] = np.arange(nk)
         at, packed, hot, rowwise = _entry_kinds(self.entries.get_many(heads))
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
         if hot.any():  # the changes to hot keys go the row join's way

@@ -517,11 +517,8 @@ def _in_key_order(
     firsts: list[pa.Array], ids: np.ndarray
 ) -> tuple[list[bytes], list[pa.Array], np.ndarray]:
     """The groups' keys, key columns and the rows' group ids, renumbered in the byte order of
-    the keys: the group records, and the value entries under them (the group's key, then the
-    value's), are then read and written in RocksDB's order. Sorted reads find their blocks
-    warm, and sorted writes need no ordering (``store.key_order``)."""
+    the keys (``kernels.byte_order``): the group records, and the value entries under them (the
+    group's key, then the value's), are then read and written in RocksDB's order."""
     raw = K.key_bytes_array(firsts)
-    order = pc.sort_indices(raw)
-    rank = np.empty(len(raw), dtype=np.int64)
-    rank[np.asarray(order)] = np.arange(len(raw))
+    order, rank = K.byte_order(raw)
     return raw.take(order).to_pylist(), [c.take(order) for c in firsts], rank[ids]

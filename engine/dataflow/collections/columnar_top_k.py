@@ -226,9 +226,7 @@ class ColumnarTopKCollection(StatefulCollection):
             [c.take(at) for c in pcols], [None if m is None else m[first_row] for m in pnans],
             len(first_row),
         )  # fmt: skip
-        by_prefix = pc.sort_indices(all_prefixes)
-        rank = np.empty(len(first_row), np.int64)
-        rank[np.asarray(by_prefix)] = np.arange(len(first_row))
+        by_prefix, rank = K.byte_order(all_prefixes)
         code = rank[code]
         all_prefixes = all_prefixes.take(by_prefix)
         sortable = sortable_bytes(*pick(self.order_by), self.descending, self.nulls_first)
