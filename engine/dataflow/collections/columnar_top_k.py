@@ -9,12 +9,11 @@ the columns that are neither partition nor ORDER BY columns: it orders peers ali
 selections. ``supports`` says which plans it takes (the physical planner falls back to the row
 top-k otherwise).
 
-State, in the collection's column family: one entry per *write*, key ``P | rk | seq`` (P the
-partition's key bytes, rk = ORDER BY bytes + identity bytes, seq the writing time), value the row
-as a fixed-width record whose weight is the count it adds (``partition_tails``). Per partition a
-*head*: every row up to ``head_end``, at least offset+limit live positions (or the whole
-partition), whose entries are compact (one per row, holding its count); ``head_end`` is kept in
-``<name>.heads`` and, with the packed head rows, in a bounded memory cache (``partition_heads``).
+State, in the collection's column family: one entry per row, key ``P | rk`` (P the partition's
+key bytes, rk = ORDER BY bytes + identity bytes), value the row as a fixed-width record holding
+its count (``partition_tails``). Per partition a *head*: every row up to ``head_end``, at least
+offset+limit live positions (or the whole partition); ``head_end`` is kept in ``<name>.heads``
+and, with the packed head rows, in a bounded memory cache (``partition_heads``).
 
 A time (``process``):
 
@@ -22,16 +21,13 @@ A time (``process``):
    sort consolidates it by ``P | rk``;
 2. the touched partitions' head ends come from the cache, the misses from one ``get_many``;
 3. a change past its partition's head end can neither enter the selection nor move a selected
-   row: it is staged blind (a put of its weight, no read). A partition whose changes all lie
-   there is done;
+   row: it only rewrites its row's entry (one ``get_many`` for all of them, the new counts in
+   arrays, at the end of the time). A partition whose changes all lie there is done;
 4. the other partitions' heads (cache, or one bounded scan) and their in-head changes are merged
    in one sort; a head left below offset+limit live positions is refilled by a scan of the tail;
    old and new selections come from segmented sums; their difference is the output;
 5. heads longer than offset+limit+2*slack are cut back to offset+limit+slack (the rest stays in
-   state as the tail); changed head ends are staged; the new heads go to the cache;
-6. a blind delete leaves two entries that sum to zero: partitions with blind deletes compact a
-   window of their tails by chance (``tail_compaction``), which holds a tail's garbage near half
-   its entries.
+   state as the tail); changed head ends are staged; the new heads go to the cache.
 
 Reads see committed state only, writes are staged; the cache may hold the time in progress and
 is emptied by a rollback. It must not keep more than the cache's budget in memory between times.
@@ -74,11 +70,8 @@ from engine.dataflow.columnar.row_block import (
     unpack_rows,
 )
 from engine.dataflow.columnar.sort_keys import identity_bytes, partition_bytes, sortable_bytes
-from engine.dataflow.columnar.tail_compaction import TailCompaction
 from engine.dataflow.state.sorted_partitions import order_description, order_spec
 from engine.dataflow.state.store import StateStore
-
-_SIGN = 1 << 63
 
 
 def supports(
@@ -110,6 +103,10 @@ class ColumnarTopKCollection(StatefulCollection):
     updates_output = True
 
     takes_columns = True
+
+    #: the changes past the heads read their rows' entries by key (bloom filters; the head and
+    #: refill scans read through the same tables' iterators)
+    tuning = "point"
 
     def __init__(
         self,
@@ -151,7 +148,6 @@ class ColumnarTopKCollection(StatefulCollection):
         self.heads = store.table(f"{self.name}.heads", "point")
         self.cache = HeadCache(store, self.cache_bytes)
         self.tails = PartitionTails(self.table)
-        self.compaction = TailCompaction(self.table)
 
     def describe(self) -> str:
         s = (
@@ -173,8 +169,7 @@ class ColumnarTopKCollection(StatefulCollection):
         return self.process(time, [delta])
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
-        suffix = ((time + _SIGN) % (1 << 64)).to_bytes(8, "big")
-        changes, prefixes = self._changes(deltas[0], suffix)
+        changes, prefixes = self._changes(deltas[0])
         if not len(changes):
             return DiffBatch()
         ends, blobs, counts = self._lookup(prefixes)
@@ -185,21 +180,17 @@ class ColumnarTopKCollection(StatefulCollection):
         active = np.zeros(len(prefixes), bool)
         active[changes.part[~past]] = True
         self.skipped += len(prefixes) - int(active.sum())
-        pi = np.flatnonzero(past)
-        blind = changes.take(pi)
+        beyond = changes.take(np.flatnonzero(past))
         tail = TailChanges(
-            blind.part, blind.rk, blind.counts.copy(), pack_row_values(self.codec, blind.rows)
+            beyond.part, beyond.rk, beyond.counts.copy(), pack_row_values(self.codec, beyond.rows)
         )
         out = DiffBatch()
         act = np.flatnonzero(active)
         if len(act):
-            heads = self._heads(act, prefixes, ends, blobs, counts, suffix)
+            heads = self._heads(act, prefixes, ends, blobs, counts)
             inside = changes.take(np.flatnonzero(~past))
-            out, now_ends = self._merge(act, heads, inside, tail, prefixes, ends, suffix)
-        else:
-            now_ends = ends
-        self.compaction.run(prefixes, now_ends, tail, suffix, time)
-        tail.stage_blind(self.table, prefixes, suffix)
+            out = self._merge(act, heads, inside, tail, prefixes, ends)
+        tail.stage(self.table, prefixes)
         unread = np.fromiter(map(operator.is_, blobs, repeat(None)), bool, len(blobs))
         misses = np.flatnonzero(~active & unread).tolist()
         self.cache.put_many(
@@ -208,7 +199,7 @@ class ColumnarTopKCollection(StatefulCollection):
         )  # fmt: skip
         return out
 
-    def _changes(self, delta: DiffBatch, suffix: bytes) -> tuple[KeyedRows, list[bytes]]:
+    def _changes(self, delta: DiffBatch) -> tuple[KeyedRows, list[bytes]]:
         """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes."""
         cols, nans = codec_columns(delta, self.codec.types)
         n = len(delta)
@@ -252,9 +243,8 @@ class ColumnarTopKCollection(StatefulCollection):
         rows = self.codec.encode(
             [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
         )
-        seq = np.full(len(keep), int.from_bytes(suffix, "big"), np.uint64)
         prefixes = all_prefixes.take(pa.array(kept_code[new_part])).to_pylist()
-        return KeyedRows(part, rk.take(take).cast(pa.large_binary()), seq, rows), prefixes
+        return KeyedRows(part, rk.take(take).cast(pa.large_binary()), rows), prefixes
 
     def _lookup(self, prefixes: list[bytes]):
         """Per partition: head end, packed head (None: not in memory), rows in it."""
@@ -269,7 +259,7 @@ class ColumnarTopKCollection(StatefulCollection):
         ends, blobs, counts = map(list, zip(*cached, strict=True))  # one C-level transpose
         return ends, blobs, counts
 
-    def _heads(self, act, prefixes, ends, blobs, counts, suffix) -> KeyedRows:
+    def _heads(self, act, prefixes, ends, blobs, counts) -> KeyedRows:
         """The committed head rows of the active partitions ``act`` (partition = touched index):
         from the cache, else read from state up to the head's end."""
         have = [j for j in act.tolist() if blobs[j] is not None]
@@ -281,9 +271,7 @@ class ColumnarTopKCollection(StatefulCollection):
             parts.append(h)
         for j in act.tolist():
             if blobs[j] is None:
-                parts.append(
-                    self._scanned(j, self.tails.scan(prefixes[j], b"", suffix, until=ends[j]))
-                )
+                parts.append(self._scanned(j, self.tails.scan(prefixes[j], b"", until=ends[j])))
         if len(parts) == 1:
             return parts[0]
         if not parts:
@@ -297,17 +285,16 @@ class ColumnarTopKCollection(StatefulCollection):
         return KeyedRows(
             np.full(len(rows), j, np.int64),
             pa.array([r[0] for r in rows], pa.large_binary()),
-            np.frombuffer(b"".join(r[1] for r in rows), ">u8").astype(np.uint64),
-            unpack_rows(self.codec, [r[3] for r in rows]),
+            unpack_rows(self.codec, [r[2] for r in rows]),
         )
 
-    def _merge(self, act, heads, inside, tail, prefixes, ends, suffix):
+    def _merge(self, act, heads, inside, tail, prefixes, ends):
         """Merge the active partitions' heads with their in-head changes, refill short heads,
         stage the writes, cut long heads, update the cache; returns the selections' change.
 
         The merged rows stay indices (``src``) into the heads and changes (``both``) with
         their partition and old and new counts; rows are taken once, for what needs them.
-        Returns the output and every partition's head end after the time."""
+        Returns the output."""
         nh = len(heads)
         both = KeyedRows.concat([heads, inside])
         tag = np.concatenate([np.zeros(nh, np.int8), np.ones(len(inside), np.int8)])
@@ -330,7 +317,7 @@ class ColumnarTopKCollection(StatefulCollection):
         part = ps[lead]
         self._stage_merged(both, src[has_c], new[has_c], has_h[has_c], prefixes)
         new_ends = list(ends)
-        refills, moved = self._refill(act, part, new, tail, prefixes, new_ends, suffix)
+        refills, moved = self._refill(act, part, new, tail, prefixes, new_ends)
         if refills:
             n0 = len(both)
             both = KeyedRows.concat([both, *refills])
@@ -343,7 +330,7 @@ class ColumnarTopKCollection(StatefulCollection):
             src, part, old, new = src[order], part[order], old[order], new[order]
         out, start = self._output(both.rows, src, part, old, new)
         self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)
-        return out, new_ends
+        return out
 
     def _stage_merged(self, both: KeyedRows, src, new, had, prefixes) -> None:
         """Writes of the changed head rows: each row's one entry rewritten with its new count
@@ -359,7 +346,7 @@ class ColumnarTopKCollection(StatefulCollection):
         records.rec["w"] = new[put]
         self.table.put_many([keys[i] for i in put.tolist()], pack_row_values(self.codec, records))
 
-    def _refill(self, act, part, new, tail, prefixes, ends, suffix):
+    def _refill(self, act, part, new, tail, prefixes, ends):
         """Heads left below offset+limit live positions read on into their tails; returns the
         rows read and the partitions whose head end moved."""
         live = sel.live_totals(part, new, len(prefixes))
@@ -372,7 +359,7 @@ class ColumnarTopKCollection(StatefulCollection):
             moved.append(j)
             items, idx = tail.of(j)
             scan = self.tails.scan(
-                prefixes[j], ends[j] + AFTER_ROW, suffix, items,
+                prefixes[j], ends[j] + AFTER_ROW, items,
                 live_target=self.hi + self.slack, live_before=int(live[j]),
             )  # fmt: skip
             tail.consume(idx, scan.consumed)
@@ -460,16 +447,10 @@ def _breaks(values: pa.Array) -> np.ndarray:
 
 
 def _no_rows(codec: RowCodec) -> KeyedRows:
-    return KeyedRows(
-        np.zeros(0, np.int64), pa.array([], pa.large_binary()), np.zeros(0, np.uint64),
-        codec.empty(),
-    )  # fmt: skip
+    return KeyedRows(np.zeros(0, np.int64), pa.array([], pa.large_binary()), codec.empty())
 
 
 def _entry_keys(rows: KeyedRows, prefixes: list[bytes]) -> list[bytes]:
-    """``P | rk | seq`` of each row."""
+    """``P | rk`` of each row."""
     p = pa.array(prefixes, pa.large_binary()).take(pa.array(rows.part))
-    seq = K.fixed_width_bytes(rows.seq.astype(">u8").view(np.uint8).reshape(-1, 8))
-    return pc.binary_join_element_wise(
-        p, rows.rk, seq.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary())
-    ).to_pylist()
+    return pc.binary_join_element_wise(p, rows.rk, pa.scalar(b"", pa.large_binary())).to_pylist()

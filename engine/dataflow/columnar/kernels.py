@@ -16,6 +16,8 @@ This module must not know about collections, plans or RocksDB.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +27,13 @@ _ZERO = pa.scalar(0.0, pa.float64())
 _INT64_SAFE = float(2**62)
 #: rows of at least this many columns are grouped by a verified row hash (``hash_groups``)
 _HASHED_COLUMNS = 3
+
+
+def pick(items: list, at: np.ndarray) -> list:
+    """``[items[i] for i in at]`` by a C-level itemgetter."""
+    if len(at) > 1:
+        return list(itemgetter(*at.tolist())(items))
+    return [items[i] for i in at.tolist()]
 
 
 def normalize_floats(column: pa.Array) -> pa.Array:

@@ -2,15 +2,14 @@
 columnar top-k's view of each partition's selection.
 
 ``KeyedRows`` holds rows of several partitions at once: per row its partition (an index into the
-time's partitions), its key within the partition (``rk`` = ORDER BY bytes + identity bytes), its
-``seq`` (uint64: the entry's key is ``P | rk | seq`` big-endian, ``seq`` the time that wrote it
-with the sign bit flipped) and its
-record (``row_block.Rows``, ``rec["w"]`` = the row's count). Rows are ordered by (partition, rk).
+time's partitions), its key within the partition (``rk`` = ORDER BY bytes + identity bytes: the
+row's state entry is ``P | rk``) and its record (``row_block.Rows``, ``rec["w"]`` = the row's
+count). Rows are ordered by (partition, rk).
 
 ``pack_heads`` turns the rows of many partitions into one ``bytes`` per partition, and
 ``unpack_heads`` reads many of those back, each in one pass over all of them::
 
-    head = n x u32 rk length | n x u64 seq | n records | rk bytes | text values (row by row)
+    head = n x u32 rk length | n records | rk bytes | text values (row by row)
 
 ``HeadCache`` keeps, per partition prefix, where its head ends in state (``head_end``: the rk of
 the last row the head covers; None when the head is the whole partition, ``complete``), and the
@@ -45,12 +44,12 @@ _ENTRY_OVERHEAD = 160  # rough Python overhead of a cached partition (dict slot,
 
 
 class KeyedRows:
-    """Rows of several partitions: ``part``, ``rk`` (binary), ``seq``, ``rows`` (see module)."""
+    """Rows of several partitions: ``part``, ``rk`` (binary), ``rows`` (see module)."""
 
-    __slots__ = ("part", "rk", "seq", "rows")
+    __slots__ = ("part", "rk", "rows")
 
-    def __init__(self, part: np.ndarray, rk: pa.Array, seq: np.ndarray, rows: Rows) -> None:
-        self.part, self.rk, self.seq, self.rows = part, rk, seq, rows
+    def __init__(self, part: np.ndarray, rk: pa.Array, rows: Rows) -> None:
+        self.part, self.rk, self.rows = part, rk, rows
 
     def __len__(self) -> int:
         return len(self.part)
@@ -61,16 +60,14 @@ class KeyedRows:
 
     def take(self, idx: np.ndarray) -> KeyedRows:
         return KeyedRows(
-            self.part[idx], self.rk.take(pa.array(idx, pa.int64())), self.seq[idx],
-            self.rows.take(idx),
-        )  # fmt: skip
+            self.part[idx], self.rk.take(pa.array(idx, pa.int64())), self.rows.take(idx)
+        )
 
     @staticmethod
     def concat(parts: Sequence[KeyedRows]) -> KeyedRows:
         return KeyedRows(
             np.concatenate([p.part for p in parts]),
             pa.concat_arrays([p.rk.cast(pa.large_binary()) for p in parts]),
-            np.concatenate([p.seq for p in parts]),
             Rows.concat([p.rows for p in parts]),
         )
 
@@ -86,7 +83,6 @@ def pack_heads(codec: RowCodec, heads: KeyedRows, nparts: int) -> list[bytes]:
     size = codec.dtype.itemsize
     pieces = [
         binary_over(first * 4, lengths.tobytes()),
-        binary_over(first * 8, heads.seq.astype("<u8").tobytes()),
         binary_over(first * size, heads.rows.rec.tobytes()),
         binary_over(rk_off[first] - rk_off[0], _data(rk, rk_off)),
         binary_over(row_text[first] - row_text[0], text),
@@ -107,16 +103,13 @@ def unpack_heads(codec: RowCodec, blobs: Sequence[bytes], counts: np.ndarray) ->
     total = int(counts.sum())
     part = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     if not total:
-        return KeyedRows(
-            part, pa.array([], pa.large_binary()), np.zeros(0, np.uint64), codec.empty()
-        )
+        return KeyedRows(part, pa.array([], pa.large_binary()), codec.empty())
     size = codec.dtype.itemsize
     lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
     buf = pa.py_buffer(b"".join(blobs))
     at = run_starts(lengths)[:-1]
     rk_len = np.frombuffer(gather_segments(buf, at, 4 * counts), "<u4").astype(np.int64)
-    seq = np.frombuffer(gather_segments(buf, at + 4 * counts, 8 * counts), "<u8").copy()
-    rec_at = at + 12 * counts
+    rec_at = at + 4 * counts
     rec = np.frombuffer(gather_segments(buf, rec_at, size * counts), codec.dtype).copy()
     rk_at = rec_at + size * counts
     csum = run_starts(rk_len)
@@ -124,7 +117,7 @@ def unpack_heads(codec: RowCodec, blobs: Sequence[bytes], counts: np.ndarray) ->
     rk_bytes = csum[first[1:]] - csum[first[:-1]]
     rk = binary_over(csum, gather_segments(buf, rk_at, rk_bytes))
     strs = text_columns(codec, rec, counts, rk_at + rk_bytes, buf)
-    return KeyedRows(part, rk, seq, Rows(rec, strs))
+    return KeyedRows(part, rk, Rows(rec, strs))
 
 
 # -- persisted head ends ------------------------------------------------------------------------

@@ -1,45 +1,47 @@
-"""A partition's state entries read in key order, merged with a time's changes and rewritten
-compactly: the columnar top-k's only per-entry Python, for the few partitions that need it.
+"""A partition's state entries read in key order and merged with a time's changes, and the
+changes past the heads written with one point read each: the columnar top-k's entries.
 
-The top-k keeps one RocksDB entry per *write*: key ``P | rk | seq`` (``seq`` = the writing time,
-8 bytes big-endian), value = ``row_block.pack_rows`` of the row with its weight in ``rec["w"]``.
-Changes past a partition's head are written blind (no read: a delete is an entry of weight -1),
-so a row may have several entries; its count is their sum. Its representative is the record of
-the entry that brought the count up from zero (the row TopK keeps the row that created its
-entry until the count returns to zero).
+The top-k keeps one RocksDB entry per row: key ``P | rk`` (P the partition's key bytes, rk the
+row's ORDER BY bytes + identity bytes), value = ``row_block.pack_rows`` of the row with its count
+in ``rec["w"]``; an entry whose count reaches zero is deleted. Its record is the row's
+representative: the record of the change that created the entry (the row TopK keeps the row
+that created its entry until the count returns to zero).
 
-``PartitionTails.scan`` reads one partition from a start key and, row by row (entries of one rk
-are adjacent, oldest first), merges the given changes of the time, and compacts what it read:
-a row read from several entries, or changed, is rewritten as one entry under its oldest key (or
-deleted when its count is zero); a changed row without entries gets ``P | rk | seq of the
-time``. It stops before a row past ``until`` (reading a head), after the row that brings the
-live positions to ``live_target`` (refilling a head). ``TailChanges`` holds the time's changes
-past the heads until a scan merges them or they are written blind (``tail_compaction`` compacts
-the tails' garbage). Reads see committed state; writes are staged.
+``PartitionTails.scan`` reads one partition from a start key and, row by row, merges the given
+changes of the time (a changed row is rewritten with its new count, or deleted at zero; a
+changed row without an entry gets one). It stops before a row past ``until`` (reading a head),
+after the row that brings the live positions to ``live_target`` (refilling a head).
+``TailChanges`` holds the time's changes past the heads until a scan merges them or
+``TailChanges.stage`` writes them: one ``get_many`` for all their entries, the new counts in
+arrays. Reads see committed state; writes are staged.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.dataflow.columnar import kernels as K
+from engine.dataflow.columnar.row_block import binary_over, run_starts
 from engine.dataflow.state.store import StateTable
 
-#: after every ``seq`` suffix of one rk: ``prefix + rk + AFTER_ROW`` seeks past the row
-AFTER_ROW = b"\xff" * 9
+#: ``prefix + rk + AFTER_ROW`` is the first key after the row ``rk``
+AFTER_ROW = b"\x00"
 
 
 @dataclass
 class Scan:
-    """What ``PartitionTails.scan`` read: the rows with a non-zero count (``rk``, ``seq``
-    suffix, count, value with that count), which of the given changes it merged, the last rk it
-    took (zero-count rows included), and whether it reached the partition's end."""
+    """What ``PartitionTails.scan`` read: the rows with a non-zero count (``rk``, count, value
+    with that count), which of the given changes it merged, the last rk it took (zero-count rows
+    included), and whether it reached the partition's end."""
 
-    rows: list[tuple[bytes, bytes, int, bytes]] = field(default_factory=list)
+    rows: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     consumed: list[int] = field(default_factory=list)
     last: bytes | None = None
     ended: bool = False
@@ -57,7 +59,6 @@ class PartitionTails:
         self,
         prefix: bytes,
         start: bytes,
-        suffix: bytes,
         changes: Sequence[tuple[bytes, int, bytes]] = (),
         until: bytes | None = None,
         live_target: int | None = None,
@@ -65,16 +66,17 @@ class PartitionTails:
     ) -> Scan:
         """Rows of partition ``prefix`` from key ``prefix + start`` on (see the module docstring).
 
-        ``changes``: the time's (rk, weight, value) in rk order, none before ``start``; a row
-        without entries gets the key suffix ``suffix``. ``until`` goes only with no changes."""
+        ``changes``: the time's (rk, weight, value) in rk order, none before ``start``. ``until``
+        goes only with no changes."""
         out = Scan(live=live_before)
         lp = len(prefix)
         ci, nc = 0, len(changes)
-        for rk, group in _entry_rows(self.table.items_from(prefix + start, prefix), lp):
+        for key, value in self.table.items_from(prefix + start, prefix):
+            rk = key[lp:]
             if until is not None and rk > until:
                 return out
             while ci < nc and changes[ci][0] < rk:
-                self._row(out, prefix, changes[ci][0], (), changes[ci], ci, suffix)
+                self._row(out, prefix, changes[ci][0], None, changes[ci], ci)
                 ci += 1
                 if _done(out, live_target):
                     return out
@@ -82,50 +84,38 @@ class PartitionTails:
             if ci < nc and changes[ci][0] == rk:
                 change = changes[ci]
                 ci += 1
-            self._row(out, prefix, rk, group, change, ci - 1, suffix)
+            self._row(out, prefix, rk, value, change, ci - 1)
             if _done(out, live_target):
                 return out
         while ci < nc:
-            self._row(out, prefix, changes[ci][0], (), changes[ci], ci, suffix)
+            self._row(out, prefix, changes[ci][0], None, changes[ci], ci)
             ci += 1
             if _done(out, live_target):
                 return out
         out.ended = True
         return out
 
-    def _row(self, out: Scan, prefix: bytes, rk: bytes, group, change, ci: int, suffix: bytes):
-        count = 0
-        rep = b""
-        for _, value in group:
-            if not count:
-                rep = value
-            count += int.from_bytes(value[:8], "little", signed=True)
+    def _row(self, out: Scan, prefix: bytes, rk: bytes, stored, change, ci: int) -> None:
+        """One row: its entry's value (None: no entry) and the time's change of it (or None)."""
+        if stored is not None:
+            out.entries += 1
+            self.entries_read += 1
+            value = stored
         if change is not None:
             out.consumed.append(ci)
-            if not count:
-                rep = change[2]
-            count += change[1]
-        value = count.to_bytes(8, "little", signed=True) + rep[8:]
-        if group:
-            first = group[0][0]
-            n = len(group)
-            out.entries += n
-            self.entries_read += n
-            if n > 1 or change is not None:
-                for key, _ in group[1:]:
-                    self.table.delete(key)
-                if count:
-                    self.table.put(first, value)
-                else:
-                    self.table.delete(first)
-            seq = first[-8:]
-        else:
-            seq = suffix
-            if count:
-                self.table.put(prefix + rk + suffix, value)
+            if stored is None:
+                value = change[2]  # its weight is the new count
+            else:
+                count = int.from_bytes(stored[:8], "little", signed=True) + change[1]
+                value = count.to_bytes(8, "little", signed=True) + stored[8:]
+            if int.from_bytes(value[:8], "little", signed=True):
+                self.table.put(prefix + rk, value)
+            else:
+                self.table.delete(prefix + rk)
         out.last = rk
+        count = int.from_bytes(value[:8], "little", signed=True)
         if count:
-            out.rows.append((rk, seq, count, value))
+            out.rows.append((rk, count, value))
             if count > 0:
                 out.live += count
 
@@ -134,27 +124,12 @@ def _done(out: Scan, live_target: int | None) -> bool:
     return live_target is not None and out.live >= live_target
 
 
-def _entry_rows(items, lp: int):
-    """(rk, [(key, value), ...]) per row of an entry iterator (``key = P | rk | seq``)."""
-    current = None
-    group: list[tuple[bytes, bytes]] = []
-    for key, value in items:
-        rk = key[lp:-8]
-        if rk != current:
-            if group:
-                yield current, group
-            current, group = rk, []
-        group.append((key, value))
-    if group:
-        yield current, group
-
-
 class TailChanges:
     """The time's changes that lie past their partition's head, ordered by (partition, rk): the
-    scans merge some of them (``of``/``consume``), the rest is written blind (``stage_blind``).
+    scans merge some of them (``of``/``consume``), ``stage`` writes the rest.
 
     Per change: its partition (sorted), rk (a binary Arrow array), weight and value
-    (``row_block.pack_rows``)."""
+    (``row_block.pack_rows``, its weight as the record's count)."""
 
     def __init__(
         self, part: np.ndarray, rk: pa.Array, weights: np.ndarray, values: list[bytes]
@@ -184,28 +159,37 @@ class TailChanges:
         for c in consumed:
             self.done[idx[c]] = True
 
-    def deletes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Partitions with negative changes left to write: (partitions, the index of the first
-        such change of each, how many there are)."""
-        neg = np.flatnonzero((self.weights < 0) & ~self.done)
-        parts, first, count = np.unique(self.part[neg], return_index=True, return_counts=True)
-        return parts, neg[first], count
-
-    def rks(self, idx: np.ndarray) -> list[bytes]:
-        """The rk of the changes ``idx``."""
-        return self.rk_array.take(pa.array(idx, pa.int64())).to_pylist()
-
-    def stage_blind(self, table: StateTable, prefixes: list[bytes], suffix: bytes) -> None:
-        """Put every change no scan merged under ``P | rk | suffix`` (its weight, no read)."""
+    def stage(self, table: StateTable, prefixes: list[bytes]) -> None:
+        """Write every change no scan merged: its row's entry read (one ``get_many`` for all),
+        rewritten with the new count, deleted at zero, or created with the change's record."""
         left = np.flatnonzero(~self.done)
-        if not len(left):
+        n = len(left)
+        if not n:
             return
-        sel = pa.array(left)
         keys = pc.binary_join_element_wise(
             pa.array(prefixes, pa.large_binary()).take(pa.array(self.part[left])),
-            self.rk_array.take(sel),
-            pa.scalar(suffix, pa.large_binary()),
+            self.rk_array.take(pa.array(left)),
             pa.scalar(b"", pa.large_binary()),
-        )
-        values = self.values
-        table.put_many(keys.to_pylist(), [values[i] for i in left.tolist()])
+        ).to_pylist()
+        stored = table.get_many(keys)
+        present = np.fromiter(map(operator.is_not, stored, repeat(None)), bool, n)
+        new = self.weights[left].astype(np.int64)
+        at = np.flatnonzero(present)
+        rewritten: list[bytes] = []
+        if len(at):
+            found = [stored[i] for i in at.tolist()]
+            lengths = np.fromiter(map(len, found), np.int64, len(found))
+            starts = run_starts(lengths)
+            blob = np.frombuffer(b"".join(found), np.uint8).copy()
+            head = starts[:-1, None] + np.arange(8)
+            new[at] += blob[head].view("<i8").ravel()
+            blob[head] = new[at].astype("<i8").view(np.uint8).reshape(-1, 8)
+            rewritten = binary_over(starts, blob.tobytes()).to_pylist()
+        gone = np.zeros(n, bool)
+        gone[at] = new[at] == 0
+        table.delete_many(K.pick(keys, np.flatnonzero(gone)))
+        # the puts in key order: rewritten entries and created ones (the change's own value)
+        pool = rewritten + K.pick(self.values, left[~present])
+        slot = np.where(present, np.cumsum(present), len(rewritten) + np.cumsum(~present)) - 1
+        live = np.flatnonzero(~gone)
+        table.put_many(K.pick(keys, live), K.pick(pool, slot[live]))

@@ -21,7 +21,6 @@ group's entries never share a prefix with another group's, nor with any group's 
 from __future__ import annotations
 
 from decimal import Decimal
-from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -159,8 +158,8 @@ class ValueCounts:
         new = old + dw
         keep, drop = np.flatnonzero(new), np.flatnonzero(new == 0)
         counts = new[keep].astype("<i8").view("V8").tolist()
-        self.table.put_many(_pick(entry_keys, keep), counts)
-        self.table.delete_many(_pick(entry_keys, drop))
+        self.table.put_many(K.pick(entry_keys, keep), counts)
+        self.table.delete_many(K.pick(entry_keys, drop))
         alive, gone = new > 0, (new <= 0) & (old > 0)
         distinct = K.group_sums(g, len(keys), alive.astype(np.int64) - (old > 0))
         touched: set[bytes] | None = None
@@ -207,13 +206,6 @@ def _entry_keys(prefixes: list[bytes], g: np.ndarray, raw: bytes) -> list[bytes]
     rows[:, :width] = heads[g]
     rows[:, width:] = np.frombuffer(raw, np.uint8).reshape(n, 16)
     return rows.view(f"V{width + 16}").ravel().tolist()
-
-
-def _pick(items: list[bytes], at: np.ndarray) -> list[bytes]:
-    """``[items[i] for i in at]`` by a C-level itemgetter."""
-    if len(at) > 1:
-        return list(itemgetter(*at.tolist())(items))
-    return [items[i] for i in at.tolist()]
 
 
 def _consolidate(gid, hi, lo, w):
