@@ -21,8 +21,9 @@ A time (``process``):
    sort consolidates it by ``P | rk``;
 2. the touched partitions' head ends come from the cache, the misses from one ``get_many``;
 3. a change past its partition's head end can neither enter the selection nor move a selected
-   row: it only rewrites its row's entry (one ``get_many`` for all of them, the new counts in
-   arrays, at the end of the time). A partition whose changes all lie there is done;
+   row: it only rewrites its row's entry (one ``get_many`` for all of them, started in the
+   background at step 1 and taken at the end of the time; the new counts in arrays). A
+   partition whose changes all lie there is done;
 4. the other partitions' heads (cache, or one bounded scan) and their in-head changes are merged
    in one sort; a head left below offset+limit live positions is refilled by a scan of the tail;
    old and new selections come from segmented sums; their difference is the output;
@@ -169,7 +170,7 @@ class ColumnarTopKCollection(StatefulCollection):
         return self.process(time, [delta])
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
-        changes, prefixes = self._changes(deltas[0])
+        changes, prefixes, keys, stored = self._changes(deltas[0])
         if not len(changes):
             return DiffBatch()
         ends, blobs, counts = self._lookup(prefixes)
@@ -180,17 +181,19 @@ class ColumnarTopKCollection(StatefulCollection):
         active = np.zeros(len(prefixes), bool)
         active[changes.part[~past]] = True
         self.skipped += len(prefixes) - int(active.sum())
-        beyond = changes.take(np.flatnonzero(past))
+        pi = np.flatnonzero(past)
+        beyond = changes.take(pi)
         tail = TailChanges(
-            beyond.part, beyond.rk, beyond.counts.copy(), pack_row_values(self.codec, beyond.rows)
-        )
+            beyond.part, beyond.rk, beyond.counts.copy(), pack_row_values(self.codec, beyond.rows),
+            K.pick(keys, pi), lambda: K.pick(stored(), pi),
+        )  # fmt: skip
         out = DiffBatch()
         act = np.flatnonzero(active)
         if len(act):
             heads = self._heads(act, prefixes, ends, blobs, counts)
             inside = changes.take(np.flatnonzero(~past))
             out = self._merge(act, heads, inside, tail, prefixes, ends)
-        tail.stage(self.table, prefixes)
+        tail.stage(self.table)
         unread = np.fromiter(map(operator.is_, blobs, repeat(None)), bool, len(blobs))
         misses = np.flatnonzero(~active & unread).tolist()
         self.cache.put_many(
@@ -199,8 +202,11 @@ class ColumnarTopKCollection(StatefulCollection):
         )  # fmt: skip
         return out
 
-    def _changes(self, delta: DiffBatch) -> tuple[KeyedRows, list[bytes]]:
-        """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes."""
+    def _changes(self, delta: DiffBatch):
+        """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes;
+        the changed rows' entry keys and a callable giving their committed values: read in the
+        background from the moment the keys are known (the entries of the changes past the heads
+        are read while the heads are merged; those of the others too, which are few)."""
         cols, nans = codec_columns(delta, self.codec.types)
         n = len(delta)
 
@@ -229,11 +235,17 @@ class ColumnarTopKCollection(StatefulCollection):
             ),
             np.int64,
         )  # stable: a row's first occurrence comes first
+        sorted_rk = rk.take(pa.array(order))
+        sorted_keys = pc.binary_join_element_wise(
+            all_prefixes.take(pa.array(code[order])), sorted_rk, b""
+        ).to_pylist()
+        reading = self.table.get_many_ahead(sorted_keys)
         new_part = np.ones(n, bool)
         new_part[1:] = code[order[1:]] != code[order[:-1]]
-        starts = np.flatnonzero(_breaks(rk.take(pa.array(order))) | new_part)
+        starts = np.flatnonzero(_breaks(sorted_rk) | new_part)
         w = np.add.reduceat(np.asarray(delta.column_weights, np.int64)[order], starts)
-        keep = order[starts[w != 0]]
+        firsts = starts[w != 0]
+        keep = order[firsts]
         w = w[w != 0]
         kept_code = code[keep]
         new_part = np.ones(len(keep), bool)
@@ -244,7 +256,8 @@ class ColumnarTopKCollection(StatefulCollection):
             [c.take(take) for c in cols], [None if m is None else m[keep] for m in nans], w, False
         )
         prefixes = all_prefixes.take(pa.array(kept_code[new_part])).to_pylist()
-        return KeyedRows(part, rk.take(take).cast(pa.large_binary()), rows), prefixes
+        changes = KeyedRows(part, rk.take(take).cast(pa.large_binary()), rows)
+        return changes, prefixes, K.pick(sorted_keys, firsts), lambda: K.pick(reading(), firsts)
 
     def _lookup(self, prefixes: list[bytes]):
         """Per partition: head end, packed head (None: not in memory), rows in it."""

@@ -12,20 +12,21 @@ changes of the time (a changed row is rewritten with its new count, or deleted a
 changed row without an entry gets one). It stops before a row past ``until`` (reading a head),
 after the row that brings the live positions to ``live_target`` (refilling a head).
 ``TailChanges`` holds the time's changes past the heads until a scan merges them or
-``TailChanges.stage`` writes them: one ``get_many`` for all their entries, the new counts in
-arrays. Reads see committed state; writes are staged.
+``TailChanges.stage`` writes them: their entries come from one ``get_many`` the caller started
+in the background when the time's changes were known (``StateTable.get_many_ahead``: RocksDB
+reads while the heads are merged), the new counts in arrays. Reads see committed state; writes
+are staged.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engine.dataflow.columnar import kernels as K
 from engine.dataflow.columnar.row_block import binary_over, run_starts
@@ -128,16 +129,25 @@ class TailChanges:
     """The time's changes that lie past their partition's head, ordered by (partition, rk): the
     scans merge some of them (``of``/``consume``), ``stage`` writes the rest.
 
-    Per change: its partition (sorted), rk (a binary Arrow array), weight and value
-    (``row_block.pack_rows``, its weight as the record's count)."""
+    Per change: its partition (sorted), rk (a binary Arrow array), weight, value
+    (``row_block.pack_rows``, its weight as the record's count), its entry's key ``P | rk``; and
+    ``stored``, which gives the entries' committed values (None: no entry) in the same order."""
 
     def __init__(
-        self, part: np.ndarray, rk: pa.Array, weights: np.ndarray, values: list[bytes]
+        self,
+        part: np.ndarray,
+        rk: pa.Array,
+        weights: np.ndarray,
+        values: list[bytes],
+        keys: list[bytes],
+        stored: Callable[[], list[bytes | None]],
     ) -> None:
         self.part = part
         self.rk_array = rk
         self.weights = weights
         self.values = values
+        self.keys = keys
+        self.stored = stored
         self.done = np.zeros(len(part), dtype=bool)
 
     def _range(self, j: int) -> tuple[int, int]:
@@ -159,19 +169,14 @@ class TailChanges:
         for c in consumed:
             self.done[idx[c]] = True
 
-    def stage(self, table: StateTable, prefixes: list[bytes]) -> None:
-        """Write every change no scan merged: its row's entry read (one ``get_many`` for all),
-        rewritten with the new count, deleted at zero, or created with the change's record."""
+    def stage(self, table: StateTable) -> None:
+        """Write every change no scan merged: its row's entry rewritten with the new count,
+        deleted at zero, or created with the change's record."""
         left = np.flatnonzero(~self.done)
         n = len(left)
         if not n:
             return
-        keys = pc.binary_join_element_wise(
-            pa.array(prefixes, pa.large_binary()).take(pa.array(self.part[left])),
-            self.rk_array.take(pa.array(left)),
-            pa.scalar(b"", pa.large_binary()),
-        ).to_pylist()
-        stored = table.get_many(keys)
+        keys, stored = K.pick(self.keys, left), K.pick(self.stored(), left)
         present = np.fromiter(map(operator.is_not, stored, repeat(None)), bool, n)
         new = self.weights[left].astype(np.int64)
         at = np.flatnonzero(present)

@@ -4,26 +4,26 @@
 slices of ``keys``, one slice in the calling thread and the others in a small shared pool, and
 returns the values in the order of ``keys``. Slices stay contiguous so that each thread reads a
 sorted run of keys (sorted keys read faster). The pool has one thread per core beyond the
-first, at most three; on a machine with one core the read is a single call.
+first, at most three; on a machine with one core the read is a single call. ``ahead(read, keys)``
+starts one such read in a thread of its own and returns its future: a collection reads what it
+will need later while its own thread goes on with other work.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0  # a forked child has no pool threads: it makes its own
+_pools: dict[str, tuple[ThreadPoolExecutor, int]] = {}  # forked children make their own
 _THREADS = max(0, min(3, (os.cpu_count() or 1) - 1))
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="incview-read")
-        _pool_pid = os.getpid()
-    return _pool
+def _executor(name: str = "incview-read", threads: int = _THREADS) -> ThreadPoolExecutor:
+    pool = _pools.get(name)
+    if pool is None or pool[1] != os.getpid():
+        pool = _pools[name] = (ThreadPoolExecutor(threads, thread_name_prefix=name), os.getpid())
+    return pool[0]
 
 
 def get_many(read: Callable[[list[bytes]], list], keys: list[bytes]) -> list:
@@ -38,3 +38,14 @@ def get_many(read: Callable[[list[bytes]], list], keys: list[bytes]) -> list:
     for f in futures:
         out.extend(f.result())
     return out
+
+
+def ahead(read: Callable[[list[bytes]], list], keys: list[bytes]) -> Future:
+    """``read(keys)`` running in a thread of its own (not the pool ``get_many`` splits over, so
+    that reads the caller makes meanwhile do not wait behind it); its future. With one core:
+    done before it returns."""
+    if not _THREADS:
+        done: Future = Future()
+        done.set_result(read(keys))
+        return done
+    return _executor("incview-read-ahead", 1).submit(read, keys)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import shutil
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import islice, repeat
 from operator import itemgetter, le
@@ -398,6 +398,16 @@ class StateTable:
                         out[i] = v
                 return out
         return self._read(keys)
+
+    def get_many_ahead(self, keys: list[bytes]) -> Callable[[], list[bytes | None]]:
+        """``get_many(keys)`` started in a background thread (RocksDB reads without the GIL) while
+        the caller goes on; call the result for the values, before the time commits (committed
+        state does not change until then: they are what ``get_many`` would give).
+        While the table is filled from empty (``fresh_reads``) the read is made at once."""
+        if self._written is not None or len(keys) < _PARALLEL_READ_KEYS:
+            values = self.get_many(keys)
+            return lambda: values
+        return parallel_reads.ahead(self._cf.get, keys).result
 
     def _read(self, keys: list[bytes]) -> list[bytes | None]:
         if len(keys) < _PARALLEL_READ_KEYS:
