@@ -23,6 +23,7 @@ from itertools import islice, repeat
 
 import numpy as np
 
+from engine.dataflow.columnar import kernels as K
 from engine.dataflow.state.hit_rate_gate import HitRateGate
 from engine.dataflow.state.store import StateTable
 from engine.dataflow.state.written_keys import mostly_known
@@ -105,10 +106,14 @@ class GroupTable:
             # the cache (Q18: ~1 s of slots and evictions; written_keys.mostly_known); one of
             # groups seen before is cached while it fits
             new = new[:0]
-        for i in new.tolist():  # new groups enter it
-            s = free.pop() if free else self._grow()
-            slots[i] = s
-            slot_of[keys[i]] = s
+        if len(new):  # new groups enter it: free slots first, then never-used ones
+            reused = min(len(new), len(free))
+            got = np.concatenate(
+                [np.array(free[len(free) - reused :], np.int64), self._grow(len(new) - reused)]
+            )
+            del free[len(free) - reused :]
+            slots[new] = got
+            slot_of.update(zip(K.pick(keys, new), got.tolist(), strict=True))
         kept = slots >= 0
         self._records[slots[kept]] = records[kept]
         self._fetched = np.empty(0, dtype=np.int64)
@@ -120,14 +125,17 @@ class GroupTable:
             self.clear()  # (judged here, after this time's slots were used)
 
     # -- the cache --------------------------------------------------------------------------------
-    def _grow(self) -> int:
-        """A never-used slot, doubling the record array when full."""
-        if self._next == len(self._records):
-            bigger = np.zeros(2 * len(self._records), dtype=self.dtype)
-            bigger[: self._next] = self._records
+    def _grow(self, n: int) -> np.ndarray:
+        """``n`` never-used slots, the record array doubled as often as they need."""
+        size = len(self._records)
+        while self._next + n > size:
+            size *= 2
+        if size > len(self._records):
+            bigger = np.zeros(size, dtype=self.dtype)
+            bigger[: self._next] = self._records[: self._next]
             self._records = bigger
-        self._next += 1
-        return self._next - 1
+        self._next += n
+        return np.arange(self._next - n, self._next, dtype=np.int64)
 
     def _evict(self, incoming: int) -> None:
         excess = len(self._slot) + incoming - self.max_groups

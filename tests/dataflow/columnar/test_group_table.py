@@ -69,3 +69,32 @@ def test_records_round_trip_through_eviction_deletes_and_rollback(
         assert present.all()
         assert [tuple(r) for r in records.tolist()] == [model[k] for k in everything]
         assert (any(asides) and not all(asides)) == judged  # aside and back, when judged often
+
+
+def test_a_batch_past_the_slots_grows_them_at_once(tmp_path):
+    """2,500 new groups at once in a cache of 1,024 slots, then groups freed and reused: every
+    record read back from the cache is the one stored."""
+    with StateStore(tmp_path / "s") as store:
+        groups = GroupTable(store.table("g", "point"), DTYPE, cache_bytes=0)
+        keys = [b"g%05d" % i for i in range(2500)]
+        records, _ = groups.fetch(keys)
+        records["count"], records["sum"] = 1, np.arange(2500)
+        groups.store(keys, records, np.ones(2500, bool))
+        store.commit(1)
+        assert groups.cached_groups == 2500
+        dead = np.arange(2500) % 3 == 0  # their slots are freed, then taken by new groups
+        records["count"] += 1
+        groups.fetch(keys)
+        groups.store(keys, records, ~dead)
+        store.commit(2)
+        fresh = [b"h%05d" % i for i in range(900)]
+        new, present = groups.fetch(fresh)
+        assert not present.any()
+        new["count"], new["sum"] = 7, -np.arange(900)
+        groups.store(fresh, new, np.ones(900, bool))
+        store.commit(3)
+        live = [k for k, d in zip(keys, dead.tolist(), strict=True) if not d]
+        got, present = groups.fetch(live + fresh)
+        assert present.all()
+        want = [(2, int(k[1:])) for k in live] + [(7, -i) for i in range(900)]
+        assert [tuple(r) for r in got.tolist()] == want
