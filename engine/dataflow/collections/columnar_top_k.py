@@ -59,6 +59,7 @@ from engine.dataflow.columnar.partition_heads import (
 )
 from engine.dataflow.columnar.partition_tails import (
     AFTER_ROW,
+    Entries,
     PartitionTails,
     Scan,
     TailChanges,
@@ -170,7 +171,7 @@ class ColumnarTopKCollection(StatefulCollection):
         return self.process(time, [delta])
 
     def process(self, time: int, deltas: list[DiffBatch]) -> DiffBatch:
-        changes, prefixes, keys, stored = self._changes(deltas[0])
+        changes, prefixes, entries = self._changes(deltas[0])
         if not len(changes):
             return DiffBatch()
         ends, blobs, counts = self._lookup(prefixes)
@@ -185,7 +186,7 @@ class ColumnarTopKCollection(StatefulCollection):
         beyond = changes.take(pi)
         tail = TailChanges(
             beyond.part, beyond.rk, beyond.counts.copy(), pack_row_values(self.codec, beyond.rows),
-            K.pick(keys, pi), lambda: K.pick(stored(), pi),
+            entries.of(pi),
         )  # fmt: skip
         out = DiffBatch()
         act = np.flatnonzero(active)
@@ -202,11 +203,11 @@ class ColumnarTopKCollection(StatefulCollection):
         )  # fmt: skip
         return out
 
-    def _changes(self, delta: DiffBatch):
+    def _changes(self, delta: DiffBatch) -> tuple[KeyedRows, list[bytes], Entries]:
         """The delta consolidated by ``P | rk``, ordered so, as records; the partition prefixes;
-        the changed rows' entry keys and a callable giving their committed values: read in the
-        background from the moment the keys are known (the entries of the changes past the heads
-        are read while the heads are merged; those of the others too, which are few)."""
+        the changed rows' entries, read in the background from the moment their keys are known
+        (those of the changes past the heads are read while the heads are merged; those of the
+        others too, which are few)."""
         cols, nans = codec_columns(delta, self.codec.types)
         n = len(delta)
 
@@ -257,7 +258,7 @@ class ColumnarTopKCollection(StatefulCollection):
         )
         prefixes = all_prefixes.take(pa.array(kept_code[new_part])).to_pylist()
         changes = KeyedRows(part, rk.take(take).cast(pa.large_binary()), rows)
-        return changes, prefixes, K.pick(sorted_keys, firsts), lambda: K.pick(reading(), firsts)
+        return changes, prefixes, Entries(sorted_keys, reading, firsts)
 
     def _lookup(self, prefixes: list[bytes]):
         """Per partition: head end, packed head (None: not in memory), rows in it."""

@@ -12,7 +12,7 @@ changes of the time (a changed row is rewritten with its new count, or deleted a
 changed row without an entry gets one). It stops before a row past ``until`` (reading a head),
 after the row that brings the live positions to ``live_target`` (refilling a head).
 ``TailChanges`` holds the time's changes past the heads until a scan merges them or
-``TailChanges.stage`` writes them: their entries come from one ``get_many`` the caller started
+``TailChanges.stage`` writes them: their ``Entries`` come from one ``get_many`` the caller started
 in the background when the time's changes were known (``StateTable.get_many_ahead``: RocksDB
 reads while the heads are merged), the new counts in arrays. Reads see committed state; writes
 are staged.
@@ -125,13 +125,31 @@ def _done(out: Scan, live_target: int | None) -> bool:
     return live_target is not None and out.live >= live_target
 
 
+class Entries:
+    """Entry keys (``P | rk``) of rows and their pending read (``StateTable.get_many_ahead``);
+    ``at[i]`` is the position of change i's row among them."""
+
+    def __init__(
+        self, keys: list[bytes], read: Callable[[], list[bytes | None]], at: np.ndarray
+    ) -> None:
+        self.keys, self.read, self.at = keys, read, at
+
+    def of(self, idx: np.ndarray) -> Entries:
+        """The entries of changes ``idx`` (the same keys and read)."""
+        return Entries(self.keys, self.read, self.at[idx])
+
+    def pick(self, idx: np.ndarray) -> tuple[list[bytes], list[bytes | None]]:
+        """The keys and committed values of the entries of changes ``idx``."""
+        rows = self.at[idx]
+        return K.pick(self.keys, rows), K.pick(self.read(), rows)
+
+
 class TailChanges:
     """The time's changes that lie past their partition's head, ordered by (partition, rk): the
     scans merge some of them (``of``/``consume``), ``stage`` writes the rest.
 
     Per change: its partition (sorted), rk (a binary Arrow array), weight, value
-    (``row_block.pack_rows``, its weight as the record's count), its entry's key ``P | rk``; and
-    ``stored``, which gives the entries' committed values (None: no entry) in the same order."""
+    (``row_block.pack_rows``, its weight as the record's count); and its row's entry."""
 
     def __init__(
         self,
@@ -139,15 +157,13 @@ class TailChanges:
         rk: pa.Array,
         weights: np.ndarray,
         values: list[bytes],
-        keys: list[bytes],
-        stored: Callable[[], list[bytes | None]],
+        entries: Entries,
     ) -> None:
         self.part = part
         self.rk_array = rk
         self.weights = weights
         self.values = values
-        self.keys = keys
-        self.stored = stored
+        self.entries = entries
         self.done = np.zeros(len(part), dtype=bool)
 
     def _range(self, j: int) -> tuple[int, int]:
@@ -176,7 +192,7 @@ class TailChanges:
         n = len(left)
         if not n:
             return
-        keys, stored = K.pick(self.keys, left), K.pick(self.stored(), left)
+        keys, stored = self.entries.pick(left)
         present = np.fromiter(map(operator.is_not, stored, repeat(None)), bool, n)
         new = self.weights[left].astype(np.int64)
         at = np.flatnonzero(present)
