@@ -199,3 +199,21 @@ def test_a_table_being_populated_compacts_its_level_0_later(state_dir):
             time.sleep(0.05)
         assert level0(t) < 4
         assert t.get(b"k%06d" % 599) == b"v" * 50
+
+
+@pytest.mark.parametrize("n", [10, 3000])
+def test_a_read_ahead_gives_what_get_many_gives_of_committed_state(state_dir, n):
+    """``get_many_ahead``: committed values (None where absent) in the keys' order, read in the
+    background for many keys; writes staged after it started are not in it."""
+    with StateStore(state_dir) as store:
+        t = store.table("t", "point")
+        t.put_many([b"k%05d" % i for i in range(0, n, 2)], [b"v%d" % i for i in range(0, n, 2)])
+        store.commit(1)
+        keys = [b"k%05d" % i for i in reversed(range(n))]
+        pending = t.get_many_ahead(keys)
+        t.put_many([b"k%05d" % i for i in range(1, n, 2)], [b"new"] * len(range(1, n, 2)))
+        assert (
+            pending()
+            == t.get_many(keys)
+            == [b"v%d" % i if i % 2 == 0 else None for i in reversed(range(n))]
+        )
