@@ -483,8 +483,10 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
     groups = max(1, rows // 100)
     data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
     initial = list(data)
-    updates = []  # the same update batches for both paths
-    for _ in range(5 * batches):
+    types = [pa.int64()] * 3
+    updates = []  # the same update batches for all paths
+    arrow_updates = []  # and as Arrow columns, as a columnar source hands them
+    for n in range(5 * batches):
         d = DiffBatch()
         for _ in range(batch // 2):
             i = rng.randrange(rows)
@@ -493,15 +495,15 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
             data[i] = new
             d.rows += [old, new]
             d.weights += [-1, 1]
-        updates.append(d)
-    types = [pa.int64()] * 3
+        arrow_updates.append(_arrow(d, types))
+        if n < batches:  # the later ones only as Arrow (the tuples would stay in the RSS)
+            updates.append(d)
     paths = {
         "row": lambda: TopKCollection([1], [2], [True], limit=10),
         "columnar": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
         "columnar_in": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
     }
-    arrow_updates = [_arrow(d, types) for d in updates]  # what a columnar source hands it
-    updates, later = updates[:batches], arrow_updates[batches:]
+    later = arrow_updates[batches:]
     gc.freeze()  # the benchmark's own rows and batches are not the engine's: out of GC scans
     print(f"\n== (f) top-10 per partition, {fmt(rows)} rows in {fmt(groups)} partitions")
     with tempfile.TemporaryDirectory() as tmp:
