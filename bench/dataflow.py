@@ -479,14 +479,14 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
     and as Arrow columns: ``columnar_in``), each batch through all of them one after the other
     (a shared machine's load hits them alike). Then the Arrow-input one goes on to ``5 x
     batches`` in all: ``columnar_in_steady`` is the median of the last ``batches`` (a cost that
-    grows with the updates, as blind writes' garbage did, shows there)."""
+    grows with the updates, as blind writes' garbage did, shows there). The from-scratch
+    recomputes read the rows as they are after all of them."""
     groups = max(1, rows // 100)
     data = [(i, rng.randrange(groups), rng.randrange(10**6)) for i in range(rows)]
     initial = list(data)
     types = [pa.int64()] * 3
-    updates = []  # the same update batches for all paths
-    arrow_updates = []  # and as Arrow columns, as a columnar source hands them
-    for n in range(5 * batches):
+
+    def update() -> DiffBatch:
         d = DiffBatch()
         for _ in range(batch // 2):
             i = rng.randrange(rows)
@@ -495,15 +495,15 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
             data[i] = new
             d.rows += [old, new]
             d.weights += [-1, 1]
-        arrow_updates.append(_arrow(d, types))
-        if n < batches:  # the later ones only as Arrow (the tuples would stay in the RSS)
-            updates.append(d)
+        return d
+
+    updates = [update() for _ in range(batches)]  # the same update batches for all paths
+    arrow_updates = [_arrow(d, types) for d in updates]  # what a columnar source hands it
     paths = {
         "row": lambda: TopKCollection([1], [2], [True], limit=10),
         "columnar": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
         "columnar_in": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
     }
-    later = arrow_updates[batches:]
     gc.freeze()  # the benchmark's own rows and batches are not the engine's: out of GC scans
     print(f"\n== (f) top-10 per partition, {fmt(rows)} rows in {fmt(groups)} partitions")
     with tempfile.TemporaryDirectory() as tmp:
@@ -520,13 +520,18 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
             loads[kind] = load(pipes[kind], {"a": initial})
         times: dict[str, list[float]] = {kind: [] for kind in paths}
         outs: dict[str, list[int]] = {kind: [] for kind in paths}
-        for d, da in zip(updates, arrow_updates[:batches], strict=True):  # each batch through all,
+        for d, da in zip(updates, arrow_updates, strict=True):  # each batch through all,
             for kind, p in pipes.items():  # one after the other: the same machine load
                 given = da if kind == "columnar_in" else DiffBatch(list(d.rows), list(d.weights))
                 dt_, n = p.apply({"a": given})
                 times[kind].append(dt_)
                 outs[kind].append(n)
-        steady = [pipes["columnar_in"].apply({"a": da})[0] for da in later][-batches:]
+        steady = []  # made as they go: 80 batches of tuples would stay in the RSS
+        for _ in range(4 * batches):
+            given = _arrow(update(), types)
+            gc.freeze()  # the rows it made (O(1): generations are linked lists)
+            steady.append(pipes["columnar_in"].apply({"a": given})[0])
+        steady = steady[-batches:]
         for p in pipes.values():
             p.close()
         for kind, make in paths.items():
