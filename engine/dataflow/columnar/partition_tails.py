@@ -198,7 +198,7 @@ class TailChanges:
         at = np.flatnonzero(present)
         rewritten: list[bytes] = []
         if len(at):
-            found = [stored[i] for i in at.tolist()]
+            found = K.pick(stored, at)
             lengths = np.fromiter(map(len, found), np.int64, len(found))
             starts = run_starts(lengths)
             blob = np.frombuffer(b"".join(found), np.uint8).copy()

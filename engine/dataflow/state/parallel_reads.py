@@ -49,3 +49,11 @@ def ahead(read: Callable[[list[bytes]], list], keys: list[bytes]) -> Future:
         done.set_result(read(keys))
         return done
     return _executor("incview-read-ahead", 1).submit(read, keys)
+
+
+def settle() -> None:
+    """Wait until every read started by ``ahead`` in this process has finished (a store about to
+    close must not be read meanwhile): the reads run one after the other in one thread."""
+    pool = _pools.get("incview-read-ahead")
+    if pool is not None and pool[1] == os.getpid():
+        pool[0].submit(int).result()

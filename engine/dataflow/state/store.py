@@ -322,6 +322,7 @@ class StateStore:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            parallel_reads.settle()  # no read started ahead still runs on this database
             for t in self._tables.values():
                 t._detach()
             self._tables.clear()
