@@ -401,10 +401,11 @@ class StateTable:
         return self._read(keys)
 
     def get_many_ahead(self, keys: list[bytes]) -> Callable[[], list[bytes | None]]:
-        """``get_many(keys)`` started in a background thread (RocksDB reads without the GIL) while
-        the caller goes on; call the result for the values, before the time commits (committed
-        state does not change until then: they are what ``get_many`` would give).
-        While the table is filled from empty (``fresh_reads``) the read is made at once."""
+        """``get_many(keys)`` started in a background thread (RocksDB's part of the read runs
+        without the GIL; rocksdict holds it while it makes the values) while the caller goes
+        on; call the result for the values, before the time commits (committed state does not
+        change until then: they are what ``get_many`` would give). While the table is filled
+        from empty (``fresh_reads``) the read is made at once."""
         if self._written is not None or len(keys) < _PARALLEL_READ_KEYS:
             values = self.get_many(keys)
             return lambda: values
