@@ -192,8 +192,8 @@ class ColumnarTopKCollection(StatefulCollection):
         act = np.flatnonzero(active)
         if len(act):
             heads = self._heads(act, prefixes, ends, blobs, counts)
-            inside = changes.take(np.flatnonzero(~past))
-            out = self._merge(act, heads, inside, tail, prefixes, ends)
+            at = np.flatnonzero(~past)
+            out = self._merge(act, heads, changes.take(at), entries.of(at), tail, prefixes, ends)
         tail.stage(self.table)
         unread = np.fromiter(map(operator.is_, blobs, repeat(None)), bool, len(blobs))
         misses = np.flatnonzero(~active & unread).tolist()
@@ -302,7 +302,7 @@ class ColumnarTopKCollection(StatefulCollection):
             unpack_rows(self.codec, [r[2] for r in rows]),
         )
 
-    def _merge(self, act, heads, inside, tail, prefixes, ends):
+    def _merge(self, act, heads, inside, inside_entries, tail, prefixes, ends):
         """Merge the active partitions' heads with their in-head changes, refill short heads,
         stage the writes, cut long heads, update the cache; returns the selections' change.
 
@@ -329,7 +329,8 @@ class ColumnarTopKCollection(StatefulCollection):
         new = old + np.where(has_c, counts[c_at], 0)
         src = np.where(has_h, h_at, c_at)
         part = ps[lead]
-        self._stage_merged(both, src[has_c], new[has_c], has_h[has_c], prefixes)
+        keys = inside_entries.keys_of(c_at[has_c] - nh)  # a changed row's key is its change's
+        self._stage_merged(both, src[has_c], keys, new[has_c], has_h[has_c])
         new_ends = list(ends)
         refills, moved = self._refill(act, part, new, tail, prefixes, new_ends)
         if refills:
@@ -346,19 +347,17 @@ class ColumnarTopKCollection(StatefulCollection):
         self._cut_and_cache(act, both, src, part, new, start, prefixes, ends, new_ends, moved)
         return out
 
-    def _stage_merged(self, both: KeyedRows, src, new, had, prefixes) -> None:
-        """Writes of the changed head rows: each row's one entry rewritten with its new count
-        (``src``: the rows in ``both``, ``had``: whether the row had an entry)."""
+    def _stage_merged(self, both: KeyedRows, src, keys, new, had) -> None:
+        """Writes of the changed head rows: each row's one entry (``keys``) rewritten with its
+        new count (``src``: the rows in ``both``, ``had``: whether the row had an entry)."""
         if not len(src):
             return
-        rows = both.take(src)
-        keys = _entry_keys(rows, prefixes)
         live = new != 0
-        self.table.delete_many([keys[i] for i in np.flatnonzero(~live & had).tolist()])
+        self.table.delete_many(K.pick(keys, np.flatnonzero(~live & had)))
         put = np.flatnonzero(live)
-        records = rows.rows.take(put)
+        records = both.rows.take(src[put])
         records.rec["w"] = new[put]
-        self.table.put_many([keys[i] for i in put.tolist()], pack_row_values(self.codec, records))
+        self.table.put_many(K.pick(keys, put), pack_row_values(self.codec, records))
 
     def _refill(self, act, part, new, tail, prefixes, ends):
         """Heads left below offset+limit live positions read on into their tails; returns the
@@ -462,9 +461,3 @@ def _breaks(values: pa.Array) -> np.ndarray:
 
 def _no_rows(codec: RowCodec) -> KeyedRows:
     return KeyedRows(np.zeros(0, np.int64), pa.array([], pa.large_binary()), codec.empty())
-
-
-def _entry_keys(rows: KeyedRows, prefixes: list[bytes]) -> list[bytes]:
-    """``P | rk`` of each row."""
-    p = pa.array(prefixes, pa.large_binary()).take(pa.array(rows.part))
-    return pc.binary_join_element_wise(p, rows.rk, pa.scalar(b"", pa.large_binary())).to_pylist()

@@ -138,10 +138,13 @@ class Entries:
         """The entries of changes ``idx`` (the same keys and read)."""
         return Entries(self.keys, self.read, self.at[idx])
 
+    def keys_of(self, idx: np.ndarray) -> list[bytes]:
+        """The keys of the entries of changes ``idx`` (no read waited for)."""
+        return K.pick(self.keys, self.at[idx])
+
     def pick(self, idx: np.ndarray) -> tuple[list[bytes], list[bytes | None]]:
         """The keys and committed values of the entries of changes ``idx``."""
-        rows = self.at[idx]
-        return K.pick(self.keys, rows), K.pick(self.read(), rows)
+        return self.keys_of(idx), K.pick(self.read(), self.at[idx])
 
 
 class TailChanges:
