@@ -87,11 +87,10 @@ class GroupTable:
         slots = self._fetched
         if len(slots) != len(keys):
             raise RuntimeError("GroupTable.store() must follow fetch() of the same keys")
-        live = np.flatnonzero(alive).tolist()
-        dead = np.flatnonzero(~alive).tolist()
-        values = records.view(f"V{self.dtype.itemsize}").tolist() if len(records) else []
-        self.table.put_many([keys[i] for i in live], [values[i] for i in live])
-        self.table.delete_many([keys[i] for i in dead])
+        live = np.flatnonzero(alive)
+        values = records[live].view(f"V{self.dtype.itemsize}").tolist()
+        self.table.put_many(K.pick(keys, live), values)
+        self.table.delete_many(K.pick(keys, np.flatnonzero(~alive)))
         slot_of, free = self._slot, self._free
         for i in np.flatnonzero(~alive & (slots >= 0)).tolist():  # dead groups leave the cache
             del slot_of[keys[i]]
