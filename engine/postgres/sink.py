@@ -2,8 +2,9 @@
 
 ``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
-binary-COPYs the rows with a negative weight into an ``ON COMMIT DROP`` temp table (never
-ANALYZEd) and deletes exactly ``|w|`` physical copies of each (multiset-exact: duplicates and
+binary-COPYs the rows with a negative weight into a temp table (never ANALYZEd; kept for the
+session, one per row layout, ``ON COMMIT DELETE ROWS``: created once, emptied by each commit
+without a catalog change) and deletes exactly ``|w|`` physical copies of each (multiset-exact: duplicates and
 NULLs included, rows found through the result table's row-hash index, matched with ``IS NOT
 DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), COPYs ``w``
 copies of every row with a positive weight straight into the result table, and records the LSN,
@@ -146,6 +147,8 @@ def _widened(t: SqlType) -> SqlType:
 
 
 _DIFFS = "incview_sink_diffs"  # temp table of one transaction's diffs (ON COMMIT DROP)
+# the running sink's diff tables, kept for the session: this prefix and a digest of the layout
+_SESSION_DIFFS = "incview_sink_d_"
 _LOADED = "incview_sink_loaded"  # temp table of a re-population's new content (ON COMMIT DROP)
 _MAX_IDENT = 63  # NAMEDATALEN - 1: Postgres truncates longer identifiers silently
 
@@ -275,6 +278,8 @@ class ResultSink:
             ]
             + [sql.SQL("w bigint NOT NULL")]
         )
+        layout = repr([t.sql() for t in self._tmp_types]).encode()
+        self._session_diffs = _SESSION_DIFFS + hashlib.md5(layout).hexdigest()[:16]
         self._target_defs = sql.SQL(", ").join(
             sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
             for c, (_, t) in zip(cols, self.columns, strict=True)
@@ -337,6 +342,24 @@ class ResultSink:
         ).format(target, self._col_list, sql.SQL(", ").join(
             sql.SQL("d.{}").format(sql.Identifier(f"c{i}")) for i in range(len(self.columns))
         ), sql.Identifier(source))  # fmt: skip
+
+    def _diff_table(self, cur: psycopg.Cursor) -> str:
+        """The session's diff table of this sink's row layout, created if the session has none
+        yet (a new connection, or its creating transaction rolled back), empty; its name.
+
+        Kept for the session and emptied by every commit (``ON COMMIT DELETE ROWS`` truncates its
+        file in place) rather than created and dropped in each transaction: a temp table's
+        creation and drop wrote ~20 KB of catalog WAL a time, which the slot's decoding reads
+        back (``docs/dataflow.md``, the result sink). Statements that read it are never
+        prepared (``prepare=False``): a cached generic plan would keep the diff table's size
+        from the time it was planned.
+        """
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}) ON COMMIT DELETE ROWS").format(
+                sql.Identifier(self._session_diffs), self._tmp_defs
+            )
+        )
+        return self._session_diffs
 
     def _create_tmp(self, cur: psycopg.Cursor, name: str) -> None:
         cur.execute(
@@ -512,13 +535,13 @@ class ResultSink:
             # with deletes, a few inserts ride along in the diff table (one COPY less)
             along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
             if n_del:
-                self._create_tmp(cur, _DIFFS)
+                tmp = self._diff_table(cur)
                 rows = np.flatnonzero(w) if along else gone
                 self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
-                self._delete_tmp(cur, self._target, _DIFFS, n_del)
+                self._delete_tmp(cur, self._target, tmp, n_del)
             if along:
                 multi = bool(w[new].max() > 1)
-                self._apply_tmp(cur, self._target, _DIFFS, 0, n_ins, multi)
+                self._apply_tmp(cur, self._target, self._session_diffs, 0, n_ins, multi)
             elif n_ins:
                 self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del + n_ins
@@ -550,7 +573,7 @@ class ResultSink:
         assert self._diff_copy is not None
         try:
             if into_diffs:
-                target = sql.Identifier(_DIFFS) if table is None else table
+                target = sql.Identifier(self._session_diffs) if table is None else table
                 self._diff_copy.copy_weighted(cur, target, columns, positions, weights)
             else:
                 target = self._target if table is None else table
@@ -592,7 +615,7 @@ class ResultSink:
         else:
             n_del, n_ins = self._copy_spilled_columns(cur, diffs)
             if n_del:
-                self._delete_tmp(cur, self._target, _DIFFS, n_del)
+                self._delete_tmp(cur, self._target, self._session_diffs, n_del)
         return n_del + n_ins
 
     def _copy_spilled_rows(
@@ -617,7 +640,7 @@ class ResultSink:
             columns = self._diff_copy.columns(chunk)
             if len(gone):
                 if not n_del:
-                    self._create_tmp(cur, _DIFFS)
+                    self._diff_table(cur)
                 n_del -= int(w[gone].sum())
                 self._copy_columns(cur, columns, gone, w[gone], into_diffs=True)
             if len(new):
@@ -653,9 +676,9 @@ class ResultSink:
         if n_del:
             self._delete_tmp(cur, target, tmp, n_del)
         if n_ins:
-            cur.execute(self._insert_sql(target, tmp, single=True))
+            cur.execute(self._insert_sql(target, tmp, single=True), prepare=False)
             if multi:
-                cur.execute(self._insert_sql(target, tmp, single=False))
+                cur.execute(self._insert_sql(target, tmp, single=False), prepare=False)
 
     @staticmethod
     def _estimated_rows(cur: psycopg.Cursor, table: sql.Composable) -> float:
@@ -684,7 +707,7 @@ class ResultSink:
         probe = n_del >= _PROBE_MIN_ROWS and share < self._estimated_rows(cur, target)
         if probe:
             cur.execute("SET LOCAL enable_hashjoin = off")
-        cur.execute(self._delete_sql(target, tmp))
+        cur.execute(self._delete_sql(target, tmp), prepare=False)
         deleted = cur.rowcount
         if probe:
             cur.execute("SET LOCAL enable_hashjoin = on")

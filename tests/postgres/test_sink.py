@@ -175,6 +175,44 @@ def test_failed_apply_changes_neither_rows_nor_lsn(pg_conn, catalog, sink_conn, 
     assert table_rows(pg_conn) == Counter({(2, "b"): 1}) and last_lsn(catalog) == 11
 
 
+def diff_tables(conn) -> dict[str, int]:
+    """The sink session's kept diff tables (temp tables of any session): name -> oid."""
+    rows = conn.execute(
+        "SELECT relname, oid::int FROM pg_class WHERE relname LIKE 'incview_sink_d_%' "
+        "AND relpersistence = 't'"
+    ).fetchall()
+    return dict(rows)
+
+
+def test_views_sharing_a_connection_keep_one_diff_table_per_layout(pg_conn, sink_conn):
+    cat = ViewCatalog.open(pg_conn)
+    cat.insert("v", "SELECT a, b FROM src", "public", "res")
+    cat.insert("w", "SELECT x FROM src", "public", "res_w")
+    sink_v = make_sink(sink_conn)
+    sink_w = make_sink(sink_conn, columns=[("x", BIGINT)], view="w", table="res_w")
+    sink_v.populate([DiffBatch.inserts([(i, f"s{i}") for i in range(50)])], lsn=1)
+    sink_w.populate([DiffBatch.inserts([(i,) for i in range(50)])], lsn=1)
+    model_v = Counter({(i, f"s{i}"): 1 for i in range(50)})
+    model_w = Counter({(i,): 1 for i in range(50)})
+    rng = random.Random(5)
+    seen: list[dict[str, int]] = []
+    for lsn in range(2, 12):
+        gone = rng.sample(sorted(model_v), 5)
+        dv = DiffBatch([*gone, (100 + lsn, "n")], [-1] * 5 + [1])
+        gone_w = rng.sample(sorted(model_w), 5)
+        dw = DiffBatch([*gone_w, (100 + lsn,)], [-1] * 5 + [1])
+        assert sink_v.apply(dv, lsn=lsn) and sink_w.apply(dw, lsn=lsn)
+        apply_model(model_v, dv)
+        apply_model(model_w, dw)
+        assert table_rows(pg_conn) == model_v and table_rows(pg_conn, "res_w") == model_w
+        seen.append(diff_tables(sink_conn))
+    # one table per layout, the same ones every time (no catalog churn), empty between times
+    assert len(seen[0]) == 2 and all(s == seen[0] for s in seen)
+    for name in seen[0]:
+        query = sql.SQL("SELECT count(*) FROM pg_temp.{}").format(sql.Identifier(name))
+        assert sink_conn.execute(query).fetchone() == (0,)
+
+
 def test_deleting_a_missing_row_is_refused_in_strict_mode(pg_conn, catalog, sink_conn):
     sink = make_sink(sink_conn)
     sink.populate([DiffBatch.inserts([(1, "a")])], lsn=1)
