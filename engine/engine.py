@@ -57,6 +57,7 @@ from engine.engine_names import (
 from engine.errors import ViewError
 from engine.population import PopulationMixin
 from engine.postgres.keepalives import with_keepalives
+from engine.postgres.sink import close_sink_connection
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.postgres.view_catalog import ViewCatalog
 from engine.recovery import RecoveryMixin
@@ -175,9 +176,9 @@ class Engine(
         self._advancer.close()
         self._advance_catalog.conn.close()
         self.conn.close()
-        self.sink_conn.close()
+        close_sink_connection(self.sink_conn)
         if self.stream_conn is not None:
-            self.stream_conn.close()
+            close_sink_connection(self.stream_conn)
         if self.embedded is not None:
             self.embedded.release()  # stops the server only if this Engine started it
 

@@ -141,6 +141,16 @@ SESSION_TEMP_BUFFERS = "64MB"
 _NARROW_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
 
+def close_sink_connection(conn: psycopg.Connection) -> None:
+    """Close a sinks' connection, dropping the diff tables its session kept first (a closed
+    session's temp tables are otherwise dropped by its server process as it exits, after the
+    close returned)."""
+    if not conn.closed:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("DISCARD TEMP")
+    conn.close()
+
+
 def _widened(t: SqlType) -> SqlType:
     """The type of a column in the diff temp tables (narrow ints widened to bigint)."""
     return BIGINT if t.kind in _NARROW_INTS else t

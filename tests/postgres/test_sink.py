@@ -15,7 +15,7 @@ from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
-from engine.postgres.sink import ResultSink, staging_name
+from engine.postgres.sink import ResultSink, close_sink_connection, staging_name
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import (
     BIGINT,
@@ -211,6 +211,15 @@ def test_views_sharing_a_connection_keep_one_diff_table_per_layout(pg_conn, sink
     for name in seen[0]:
         query = sql.SQL("SELECT count(*) FROM pg_temp.{}").format(sql.Identifier(name))
         assert sink_conn.execute(query).fetchone() == (0,)
+
+
+def test_closing_the_sink_connection_drops_its_diff_tables(pg_conn, catalog, sink_conn):
+    sink = make_sink(sink_conn)
+    sink.populate([DiffBatch.inserts([(1, "a"), (2, "b")])], lsn=1)
+    assert sink.apply(DiffBatch([(1, "a")], [-1]), lsn=2)
+    assert len(diff_tables(pg_conn)) == 1
+    close_sink_connection(sink_conn)
+    assert sink_conn.closed and diff_tables(pg_conn) == {}
 
 
 def test_deleting_a_missing_row_is_refused_in_strict_mode(pg_conn, catalog, sink_conn):
