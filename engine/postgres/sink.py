@@ -3,9 +3,8 @@
 ``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
 binary-COPYs the rows with a negative weight into a temp table (never ANALYZEd; kept for the
-session, one per row layout, ``ON COMMIT DELETE ROWS``: created once, emptied by each commit
-without a catalog change) and deletes exactly ``|w|`` physical copies of each (multiset-exact: duplicates and
-NULLs included, rows found through the result table's row-hash index, matched with ``IS NOT
+session, one per row layout, truncated before each use) and deletes exactly ``|w|`` physical
+copies of each (multiset-exact: duplicates and NULLs included, rows found through the result table's row-hash index, matched with ``IS NOT
 DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), COPYs ``w``
 copies of every row with a positive weight straight into the result table, and records the LSN,
 so results and LSN commit together. The COPY data is encoded from Arrow columns with no Python
@@ -355,18 +354,21 @@ class ResultSink:
 
     def _diff_table(self, cur: psycopg.Cursor) -> str:
         """The session's diff table of this sink's row layout, created if the session has none
-        yet (a new connection, or its creating transaction rolled back), empty; its name.
+        yet (a new connection, or its creating transaction rolled back), emptied; its name.
 
-        Kept for the session and emptied by every commit (``ON COMMIT DELETE ROWS`` truncates its
-        file in place) rather than created and dropped in each transaction: a temp table's
-        creation and drop wrote ~20 KB of catalog WAL a time, which the slot's decoding reads
-        back (``docs/dataflow.md``, the result sink). Statements that read it are never
-        prepared (``prepare=False``): a cached generic plan would keep the diff table's size
-        from the time it was planned.
+        Kept for the session and truncated at each use (one round trip with the ``CREATE ... IF
+        NOT EXISTS``; it holds the last time's retractions until then, ``close_sink_connection``
+        drops it), rather than created and dropped in each transaction: a temp table's creation
+        and drop wrote ~21 KB of catalog WAL a time (its truncation ~2 KB), which the slot's
+        decoding reads back (``docs/dataflow.md``, the result sink). Not ``ON COMMIT DELETE
+        ROWS``: every commit touching temp tables truncates all such tables of the session, the
+        other views' too. Statements that read it are never prepared (``prepare=False``): a
+        cached generic plan would keep the diff table's size from the time it was planned.
         """
+        name = sql.Identifier(self._session_diffs)
         cur.execute(
-            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}) ON COMMIT DELETE ROWS").format(
-                sql.Identifier(self._session_diffs), self._tmp_defs
+            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}); TRUNCATE {}").format(
+                name, self._tmp_defs, name
             )
         )
         return self._session_diffs
