@@ -3,7 +3,7 @@
 ``ResultSink.apply(diffs, lsn)`` runs ONE transaction that locks the view's row in
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
 binary-COPYs the rows with a negative weight into a temp table (never ANALYZEd; kept for the
-session, one per row layout, truncated before each use) and deletes exactly ``|w|`` physical
+session, one per row layout, emptied before each use) and deletes exactly ``|w|`` physical
 copies of each (multiset-exact: duplicates and NULLs included, rows found through the result table's row-hash index, matched with ``IS NOT
 DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), COPYs ``w``
 copies of every row with a positive weight straight into the result table, and records the LSN,
@@ -158,6 +158,8 @@ def _widened(t: SqlType) -> SqlType:
 _DIFFS = "incview_sink_diffs"  # temp table of one transaction's diffs (ON COMMIT DROP)
 # the running sink's diff tables, kept for the session: this prefix and a digest of the layout
 _SESSION_DIFFS = "incview_sink_d_"
+# rows COPYed into a kept diff table past which its next use truncates it rather than deletes
+_DIFF_TABLE_SLACK = 1_000
 _LOADED = "incview_sink_loaded"  # temp table of a re-population's new content (ON COMMIT DROP)
 _MAX_IDENT = 63  # NAMEDATALEN - 1: Postgres truncates longer identifiers silently
 
@@ -289,6 +291,7 @@ class ResultSink:
         )
         layout = repr([t.sql() for t in self._tmp_types]).encode()
         self._session_diffs = _SESSION_DIFFS + hashlib.md5(layout).hexdigest()[:16]
+        self._diff_rows = 0  # rows COPYed into it since this sink last truncated it
         self._target_defs = sql.SQL(", ").join(
             sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
             for c, (_, t) in zip(cols, self.columns, strict=True)
@@ -356,21 +359,27 @@ class ResultSink:
         """The session's diff table of this sink's row layout, created if the session has none
         yet (a new connection, or its creating transaction rolled back), emptied; its name.
 
-        Kept for the session and truncated at each use (one round trip with the ``CREATE ... IF
-        NOT EXISTS``; it holds the last time's retractions until then, ``close_sink_connection``
-        drops it), rather than created and dropped in each transaction: a temp table's creation
-        and drop wrote ~21 KB of catalog WAL a time (its truncation ~2 KB), which the slot's
-        decoding reads back (``docs/dataflow.md``, the result sink). Not ``ON COMMIT DELETE
-        ROWS``: every commit touching temp tables truncates all such tables of the session, the
-        other views' too. Statements that read it are never prepared (``prepare=False``): a
-        cached generic plan would keep the diff table's size from the time it was planned.
+        Kept for the session and emptied at each use, in one round trip with the ``CREATE ...
+        IF NOT EXISTS`` (it holds the last time's diffs until then; ``close_sink_connection``
+        drops it): by ``DELETE``, or by ``TRUNCATE`` once ``_DIFF_TABLE_SLACK`` rows were COPYed
+        into it since the last, so its dead rows stay few (nothing vacuums a temp table, and
+        the planner sizes a never-analyzed table by its pages). A temp table created and dropped
+        in each time wrote ~21 KB of catalog WAL (a truncation ~2 KB, a delete ~50 bytes), which
+        the slot's decoding reads back (``docs/dataflow.md``, the result sink). Not ``ON COMMIT
+        DELETE ROWS``: every commit touching temp tables truncates all such tables of the
+        session, the other views' too. Statements that read it are never prepared
+        (``prepare=False``): a cached generic plan would keep the table's size from the time it
+        was planned.
         """
         name = sql.Identifier(self._session_diffs)
+        truncate = self._diff_rows > _DIFF_TABLE_SLACK
         cur.execute(
-            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}); TRUNCATE {}").format(
-                name, self._tmp_defs, name
+            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}); {} {}").format(
+                name, self._tmp_defs, sql.SQL("TRUNCATE" if truncate else "DELETE FROM"), name
             )
         )
+        if truncate:
+            self._diff_rows = 0
         return self._session_diffs
 
     def _create_tmp(self, cur: psycopg.Cursor, name: str) -> None:
@@ -585,7 +594,11 @@ class ResultSink:
         assert self._diff_copy is not None
         try:
             if into_diffs:
-                target = sql.Identifier(self._session_diffs) if table is None else table
+                if table is None:
+                    target = sql.Identifier(self._session_diffs)
+                    self._diff_rows += len(positions)
+                else:
+                    target = table
                 self._diff_copy.copy_weighted(cur, target, columns, positions, weights)
             else:
                 target = self._target if table is None else table

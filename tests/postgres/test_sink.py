@@ -216,6 +216,29 @@ def test_views_sharing_a_connection_keep_one_diff_table_per_layout(pg_conn, sink
         assert sink_conn.execute(query).fetchone() == ([-1] * 5 + [1],)
 
 
+def test_the_kept_diff_table_is_truncated_once_dead_rows_pile_up(pg_conn, catalog, sink_conn):
+    sink = make_sink(sink_conn)
+    rows = [(i, f"s{i}") for i in range(4000)]
+    sink.populate([DiffBatch.inserts(rows)], lsn=1)
+    model = Counter(rows)
+    pages, nodes = [], set()
+    for k in range(15):  # 250 retractions a time: deleted at each use, truncated past 1,000
+        diffs = DiffBatch(rows[k * 250 : (k + 1) * 250], [-1] * 250)
+        assert sink.apply(diffs, lsn=k + 2)
+        apply_model(model, diffs)
+        assert table_rows(pg_conn) == model
+        (name,) = diff_tables(sink_conn)
+        node, size = sink_conn.execute(
+            "SELECT pg_relation_filenode(%s::regclass), pg_relation_size(%s::regclass) / 8192",
+            (f"pg_temp.{name}", f"pg_temp.{name}"),
+        ).fetchone()
+        nodes.add(node)
+        pages.append(size)
+    # the file was replaced (truncated) every few times and never held more than ~6 times' rows
+    assert len(nodes) >= 3
+    assert max(pages) <= 6 * pages[0] < 15 * pages[0]
+
+
 def test_closing_the_sink_connection_drops_its_diff_tables(pg_conn, catalog, sink_conn):
     sink = make_sink(sink_conn)
     sink.populate([DiffBatch.inserts([(1, "a"), (2, "b")])], lsn=1)
