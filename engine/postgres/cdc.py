@@ -304,6 +304,7 @@ class CdcReader(SlotSession):
         # how long a statement may wait on other sessions (engine.postgres.waiting)
         self.wait_s = wait_timeout_s
         self._ancestors: dict[int, list[str]] = {}  # relation oid -> ancestors_of(oid)
+        self._catalog: psycopg.Connection | None = None  # catalog_connection()
         # poll(): a transaction's diffs past this many go to disk (SpilledChanges) and the peek
         # is streamed from a server-side cursor; 0: everything in memory (no bound)
         self.max_buffered_changes = max_buffered_changes
@@ -852,8 +853,22 @@ class CdcReader(SlotSession):
         the catalog, cached per relation until its next Relation message or ``forget_tree()``."""
         found = self._ancestors.get(oid)
         if found is None:
-            found = self._ancestors[oid] = ancestors(self.connection(), oid)
+            found = self._ancestors[oid] = ancestors(self.catalog_connection(), oid)
         return found
+
+    def catalog_connection(self) -> psycopg.Connection:
+        """A second autocommit session, for catalog questions between peeks: a peek's logical
+        decoding leaves its session's catalog caches invalidated, so the next query there is
+        planned from cold (the ancestors' query ~1 ms after a peek, ~0.1 ms on this one)."""
+        if self._catalog is None or self._catalog.closed:
+            self._catalog = psycopg.connect(self.conninfo, autocommit=True)
+        return self._catalog
+
+    def close(self) -> None:
+        super().close()
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
 
     def forget_tree(self) -> None:
         """Drop the cached ancestors (after an ATTACH, DETACH or new inheritance child)."""

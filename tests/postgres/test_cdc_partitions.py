@@ -4,6 +4,8 @@ matched by column name (a partition with another column order, a child with an e
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine.errors import ViewError
@@ -86,6 +88,29 @@ def test_leaf_changes_are_reported_under_every_ancestor(pg_conn, reader):
     assert sorted(zip(p.rows, p.weights, strict=True)) == [((1, 1), 1), ((2, 2), 1)]
     oid = pg_conn.execute("SELECT 'public.s1_a'::regclass::oid").fetchone()[0]
     assert ancestors(pg_conn, oid) == ["public.s", "public.s1"]
+
+
+def test_ancestors_are_read_beside_the_peeks_session_and_closed_with_it(pg_conn, reader):
+    pg_conn.execute(TREE)
+    for t in ("s1_a", "s1_other", "s2", "p", "p_c"):
+        pg_conn.execute(f"ALTER TABLE {t} REPLICA IDENTITY FULL")
+    reader.ensure(["public.s"])
+    for round_ in range(3):  # every poll's Relation messages send the lookups again
+        pg_conn.execute("INSERT INTO s VALUES (%s, 1, 'a'), (150, 2, 'c')", (round_,))
+        reader.flush_wal()
+        (tx,) = reader.poll()
+        assert sum(tx.changes["public.s"].weights) == 2 and "public.s2" in tx.changes
+    pids = {reader.connection().info.backend_pid, reader.catalog_connection().info.backend_pid}
+    assert len(pids) == 2
+    reader.close()
+    for _ in range(100):
+        alive = pg_conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)
+        ).fetchone()[0]
+        if not alive:
+            break
+        time.sleep(0.05)
+    assert not alive
 
 
 def test_children_without_replica_identity_full_are_named(pg_conn, reader):
