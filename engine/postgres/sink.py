@@ -136,6 +136,10 @@ _PROBE_MIN_ROWS = 1_000
 # (INSERT ... SELECT) instead of a second COPY: one round trip less for the small times
 _FEW_INSERTS = 1_000
 SESSION_TEMP_BUFFERS = "64MB"
+# ResultSink._local_settings
+_LOCAL_SETTINGS = (
+    f"SET LOCAL jit = off; SET LOCAL work_mem = '{TX_WORK_MEM}'; SET LOCAL enable_mergejoin = off"
+)
 
 _NARROW_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
@@ -270,10 +274,7 @@ class ResultSink:
         hashes of a 100k-diff batch stay in memory. No merge join: the multiset delete must hash
         the (small) diff table and stream the result table past it, never sort the result table.
         """
-        cur.execute(
-            f"SET LOCAL jit = off; SET LOCAL work_mem = '{TX_WORK_MEM}'; "
-            "SET LOCAL enable_mergejoin = off"
-        )
+        cur.execute(_LOCAL_SETTINGS)
 
     # -- SQL ------------------------------------------------------------------------------------
     def _build_statements(self) -> None:
@@ -355,9 +356,10 @@ class ResultSink:
             sql.SQL("d.{}").format(sql.Identifier(f"c{i}")) for i in range(len(self.columns))
         ), sql.Identifier(source))  # fmt: skip
 
-    def _diff_table(self, cur: psycopg.Cursor) -> str:
+    def _diff_table(self, cur: psycopg.Cursor, *, settings: bool = False) -> str:
         """The session's diff table of this sink's row layout, created if the session has none
         yet (a new connection, or its creating transaction rolled back), emptied; its name.
+        ``settings``: make ``_local_settings`` in the same round trip.
 
         Kept for the session and emptied at each use, in one round trip with the ``CREATE ...
         IF NOT EXISTS`` (it holds the last time's diffs until then; ``close_sink_connection``
@@ -374,8 +376,12 @@ class ResultSink:
         name = sql.Identifier(self._session_diffs)
         truncate = self._diff_rows > _DIFF_TABLE_SLACK
         cur.execute(
-            sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}); {} {}").format(
-                name, self._tmp_defs, sql.SQL("TRUNCATE" if truncate else "DELETE FROM"), name
+            sql.SQL("{}CREATE TEMP TABLE IF NOT EXISTS {} ({}); {} {}").format(
+                sql.SQL(_LOCAL_SETTINGS + "; " if settings else ""),
+                name,
+                self._tmp_defs,
+                sql.SQL("TRUNCATE" if truncate else "DELETE FROM"),
+                name,
             )
         )
         if truncate:
@@ -551,12 +557,13 @@ class ResultSink:
         gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
         n_del, n_ins = int(-w[gone].sum()), int(w[new].sum())
         if n_del or n_ins:
-            self._local_settings(cur)
+            if not n_del:
+                self._local_settings(cur)
             columns = self._diff_copy.columns(diffs)
             # with deletes, a few inserts ride along in the diff table (one COPY less)
             along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
             if n_del:
-                tmp = self._diff_table(cur)
+                tmp = self._diff_table(cur, settings=True)
                 rows = np.flatnonzero(w) if along else gone
                 self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
                 self._delete_tmp(cur, self._target, tmp, n_del)
