@@ -22,7 +22,7 @@ from engine.engine_names import (
 )
 from engine.errors import IncviewError, ViewError
 from engine.outage import is_outage
-from engine.postgres.sink import drop_result_table
+from engine.postgres.sink import drop_result_table, drop_unused_diff_tables
 from engine.postgres.view_catalog import ViewRecord
 from engine.postgres.waiting import waits_reported
 from engine.source_schema import SourceSchema
@@ -214,6 +214,9 @@ class ViewLifecycleMixin:
     def _drop_remains(self, record: ViewRecord) -> None:
         """What a view leaves in the database and on disk: result table, state, catalog row."""
         drop_result_table(self.sink_conn, record.result_schema, record.result_table)
+        drop_unused_diff_tables(
+            self.sink_conn, (v.sink.diff_table_name for v in self.views.values())
+        )
         shutil.rmtree(self.state_dir / "views" / record.name, ignore_errors=True)
         self.catalog.delete(record.name)
         self.broken.pop(record.name, None)  # a view created again under this name starts afresh

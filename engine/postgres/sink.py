@@ -154,6 +154,21 @@ def close_sink_connection(conn: psycopg.Connection) -> None:
     conn.close()
 
 
+def drop_unused_diff_tables(conn: psycopg.Connection, used: Iterable[str]) -> None:
+    """Drop the diff tables ``conn``'s session kept that no sink named in ``used`` writes
+    (``ResultSink.diff_table_name``): after a view was dropped, its layout's table unless an
+    open view shares it. Only on a connection no other thread is writing through."""
+    keep = set(used)
+    rows = conn.execute(
+        "SELECT relname::text FROM pg_class WHERE relnamespace = pg_my_temp_schema() "
+        "AND starts_with(relname::text, %s)",
+        (_SESSION_DIFFS,),
+    ).fetchall()
+    for (name,) in rows:
+        if name not in keep:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp.{}").format(sql.Identifier(name)))
+
+
 def _widened(t: SqlType) -> SqlType:
     """The type of a column in the diff temp tables (narrow ints widened to bigint)."""
     return BIGINT if t.kind in _NARROW_INTS else t
@@ -355,6 +370,11 @@ class ResultSink:
         ).format(target, self._col_list, sql.SQL(", ").join(
             sql.SQL("d.{}").format(sql.Identifier(f"c{i}")) for i in range(len(self.columns))
         ), sql.Identifier(source))  # fmt: skip
+
+    @property
+    def diff_table_name(self) -> str:
+        """The name of the temp table this sink keeps its times' diffs in (``_diff_table``)."""
+        return self._session_diffs
 
     def _diff_table(self, cur: psycopg.Cursor, *, settings: bool = False) -> str:
         """The session's diff table of this sink's row layout, created if the session has none

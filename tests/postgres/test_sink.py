@@ -15,7 +15,12 @@ from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
-from engine.postgres.sink import ResultSink, close_sink_connection, staging_name
+from engine.postgres.sink import (
+    ResultSink,
+    close_sink_connection,
+    drop_unused_diff_tables,
+    staging_name,
+)
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import (
     BIGINT,
@@ -237,6 +242,24 @@ def test_the_kept_diff_table_is_truncated_once_dead_rows_pile_up(pg_conn, catalo
     # the file was replaced (truncated) every few times and never held more than ~6 times' rows
     assert len(nodes) >= 3
     assert max(pages) <= 6 * pages[0] < 15 * pages[0]
+
+
+def test_unused_diff_tables_are_dropped_and_used_ones_kept(pg_conn, sink_conn):
+    cat = ViewCatalog.open(pg_conn)
+    cat.insert("v", "SELECT a, b FROM src", "public", "res")
+    cat.insert("w", "SELECT x FROM src", "public", "res_w")
+    sinks = [make_sink(sink_conn), make_sink(sink_conn, [("x", BIGINT)], view="w", table="res_w")]
+    for sink, row in zip(sinks, [(1, "a"), (1,)], strict=True):
+        sink.populate([DiffBatch.inserts([row])], lsn=1)
+        assert sink.apply(DiffBatch([row], [-1]), lsn=2)
+    assert set(diff_tables(pg_conn)) == {s.diff_table_name for s in sinks}
+    drop_unused_diff_tables(sink_conn, [sinks[1].diff_table_name])
+    assert set(diff_tables(pg_conn)) == {sinks[1].diff_table_name}
+    assert sinks[0].apply(DiffBatch([(2, "b")], [1]), lsn=3)  # made again when needed
+    assert sinks[0].apply(DiffBatch([(2, "b")], [-1]), lsn=4)
+    assert table_rows(pg_conn) == Counter()
+    drop_unused_diff_tables(sink_conn, [])
+    assert diff_tables(pg_conn) == {}
 
 
 def test_closing_the_sink_connection_drops_its_diff_tables(pg_conn, catalog, sink_conn):
