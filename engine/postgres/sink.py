@@ -4,10 +4,10 @@
 ``incview.views``, skips the batch if the view already reflects ``lsn`` (a replay after a crash),
 binary-COPYs the rows with a negative weight into a temp table (never ANALYZEd; kept for the
 session, one per row layout, emptied before each use) and deletes exactly ``|w|`` physical
-copies of each (multiset-exact: duplicates and NULLs included, rows found through the result table's row-hash index, matched with ``IS NOT
-DISTINCT FROM`` and picked by ``ctid``: the cost follows the diffs, not the table), COPYs ``w``
-copies of every row with a positive weight straight into the result table, and records the LSN,
-so results and LSN commit together. The COPY data is encoded from Arrow columns with no Python
+copies of each (multiset-exact: duplicates and NULLs included, rows found through the result
+table's row-hash index, matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost
+follows the diffs, not the table), COPYs ``w`` copies of every row with a positive weight
+straight into the result table, and records the LSN, so results and LSN commit together. The COPY data is encoded from Arrow columns with no Python
 per row (``diff_copy``, ``copy_binary``; tuple batches are converted once); a time whose output
 the dataflow spilled to disk, a ``SpilledOutput``, is COPYed chunk by chunk, never whole in
 memory. Tables with inet, cidr or array columns (and ``arrow_copy=False``) keep the row path:
@@ -17,8 +17,8 @@ renamed into place (readers never see a partial table), or, when the result tabl
 applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
 its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);
 it must not plan, keep view state, advance replication slots, or write anything in the database
-besides its result table (with its row-hash index), its staging table and the view's row in
-``incview.views``.
+besides its result table (with its row-hash index), its staging table, its session's temp
+tables and the view's row in ``incview.views``.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ _NARROW_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
 
 def close_sink_connection(conn: psycopg.Connection) -> None:
-    """Close a sinks' connection, dropping the diff tables its session kept first (a closed
+    """Close a sink connection, dropping the diff tables its session kept first (a closed
     session's temp tables are otherwise dropped by its server process as it exits, after the
     close returned)."""
     if not conn.closed:
