@@ -576,22 +576,22 @@ class ResultSink:
         w = np.asarray(diffs.column_weights, dtype=np.int64)
         gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
         n_del, n_ins = int(-w[gone].sum()), int(w[new].sum())
-        if n_del or n_ins:
-            if not n_del:
-                self._local_settings(cur)
-            columns = self._diff_copy.columns(diffs)
-            # with deletes, a few inserts ride along in the diff table (one COPY less)
-            along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
-            if n_del:
-                tmp = self._diff_table(cur, settings=True)
-                rows = np.flatnonzero(w) if along else gone
-                self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
-                self._delete_tmp(cur, self._target, tmp, n_del)
+        if not (n_del or n_ins):
+            return 0
+        columns = self._diff_copy.columns(diffs)
+        # with deletes, a few inserts ride along in the diff table (one COPY less)
+        along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
+        if n_del:  # the SET LOCALs go with the diff table's statement
+            tmp = self._diff_table(cur, settings=True)
+            rows = np.flatnonzero(w) if along else gone
+            self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
+            self._delete_tmp(cur, self._target, tmp, n_del)
             if along:
-                multi = bool(w[new].max() > 1)
-                self._apply_tmp(cur, self._target, self._session_diffs, 0, n_ins, multi)
-            elif n_ins:
-                self._copy_columns(cur, columns, new, w[new], into_diffs=False)
+                self._apply_tmp(cur, self._target, tmp, 0, n_ins, bool(w[new].max() > 1))
+        else:
+            self._local_settings(cur)
+        if n_ins and not along:
+            self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del + n_ins
 
     def _write_rows(self, cur: psycopg.Cursor, diffs: DiffBatch) -> int:
