@@ -24,11 +24,13 @@ tables and the view's row in ``incview.views``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from operator import itemgetter
+from typing import NamedTuple
 
 import numpy as np
 import psycopg
@@ -39,6 +41,7 @@ from engine.dataflow.batch import DiffBatch
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
 from engine.postgres import interval_dumpers, values
+from engine.postgres import sink_transaction as tx
 from engine.postgres.arrays import array_literal
 from engine.postgres.copy_binary import CopyValueError
 from engine.postgres.diff_copy import DiffCopy
@@ -141,6 +144,9 @@ _LOCAL_SETTINGS = (
     f"SET LOCAL jit = off; SET LOCAL work_mem = '{TX_WORK_MEM}'; SET LOCAL enable_mergejoin = off"
 )
 
+_HASH_JOINS_OFF = sql.SQL("SET LOCAL enable_hashjoin = off")
+_HASH_JOINS_ON = sql.SQL("SET LOCAL enable_hashjoin = on")
+
 _NARROW_INTS = (TypeKind.SMALLINT, TypeKind.INTEGER)
 
 
@@ -196,6 +202,23 @@ def staging_name(table: str) -> str:
 
 def _count_int(value: object) -> int:
     return int(value) if value is not None else 0
+
+
+class _Weights(NamedTuple):
+    """A columnar time's weights: all, the positions of retractions and of insertions, and how
+    many rows each side deletes and inserts."""
+
+    w: np.ndarray
+    gone: np.ndarray
+    new: np.ndarray
+    n_del: int
+    n_ins: int
+
+    @classmethod
+    def of(cls, diffs: DiffBatch) -> _Weights:
+        w = np.asarray(diffs.column_weights, dtype=np.int64)
+        gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
+        return cls(w, gone, new, int(-w[gone].sum()), int(w[new].sum()))
 
 
 class ResultSink:
@@ -255,6 +278,9 @@ class ResultSink:
             (i, n, t) for i, (n, t) in enumerate(columns) if t.kind in _NARROW_INTS
         ]
         self._target = sql.Identifier(schema, table)
+        self._target_text = self._target.as_string(conn)
+        #: the planner's row count of the result table, read when a time's transaction opened
+        self._target_rows: float | None = None
         self._staging = sql.Identifier(schema, staging_name(table))
         self._checked = False
         # apply() COPYs a time's diffs from columns (diff_copy): retractions into the diff table,
@@ -376,12 +402,18 @@ class ResultSink:
         """The name of the temp table this sink keeps its times' diffs in (``_diff_table``)."""
         return self._session_diffs
 
-    def _diff_table(self, cur: psycopg.Cursor, *, settings: bool = False) -> str:
-        """The session's diff table of this sink's row layout, created if the session has none
-        yet (a new connection, or its creating transaction rolled back), emptied; its name.
-        ``settings``: make ``_local_settings`` in the same round trip.
+    def _diff_table(self, cur: psycopg.Cursor) -> str:
+        """The session's diff table of this sink's row layout, emptied (``_diff_table_sql``);
+        its name."""
+        cur.execute(self._diff_table_sql())
+        return self._session_diffs
 
-        Kept for the session and emptied at each use, in one round trip with the ``CREATE ...
+    def _diff_table_sql(self, *, settings: bool = False) -> sql.Composed:
+        """The statement that creates the session's diff table of this sink's row layout if the
+        session has none yet (a new connection, or its creating transaction rolled back) and
+        empties it; ``settings``: ``_local_settings`` first.
+
+        Kept for the session and emptied at each use, in one statement with the ``CREATE ...
         IF NOT EXISTS`` (it holds the last time's diffs until then; ``close_sink_connection``
         drops it): by ``DELETE``, or by ``TRUNCATE`` once ``_DIFF_TABLE_SLACK`` rows were COPYed
         into it since the last, so its dead rows stay few (nothing vacuums a temp table, and
@@ -395,18 +427,15 @@ class ResultSink:
         """
         name = sql.Identifier(self._session_diffs)
         truncate = self._diff_rows > _DIFF_TABLE_SLACK
-        cur.execute(
-            sql.SQL("{}CREATE TEMP TABLE IF NOT EXISTS {} ({}); {} {}").format(
-                sql.SQL(_LOCAL_SETTINGS + "; " if settings else ""),
-                name,
-                self._tmp_defs,
-                sql.SQL("TRUNCATE" if truncate else "DELETE FROM"),
-                name,
-            )
-        )
         if truncate:
             self._diff_rows = 0
-        return self._session_diffs
+        return sql.SQL("{}CREATE TEMP TABLE IF NOT EXISTS {} ({}); {} {}").format(
+            sql.SQL(_LOCAL_SETTINGS + "; " if settings else ""),
+            name,
+            self._tmp_defs,
+            sql.SQL("TRUNCATE" if truncate else "DELETE FROM"),
+            name,
+        )
 
     def _create_tmp(self, cur: psycopg.Cursor, name: str) -> None:
         cur.execute(
@@ -441,16 +470,22 @@ class ResultSink:
         try:
             lsn = ViewCatalog.applied_lsn(cur, self.view, lock=True)
         except psycopg.errors.UndefinedTable:
-            raise ViewError(
-                f"the incview catalog (incview.views) does not exist in this database, so view "
-                f"{self.view} cannot record what it applied: open it with ViewCatalog.open(conn)"
-            ) from None
+            raise self._no_catalog() from None
         if cur.rowcount == 0:
-            raise ViewError(
-                f"view {self.view} is not registered in incview.views, so its sink cannot record "
-                "the applied LSN: create the view (ViewCatalog.insert) before writing results"
-            )
+            raise self._unregistered()
         return lsn
+
+    def _no_catalog(self) -> ViewError:
+        return ViewError(
+            f"the incview catalog (incview.views) does not exist in this database, so view "
+            f"{self.view} cannot record what it applied: open it with ViewCatalog.open(conn)"
+        )
+
+    def _unregistered(self) -> ViewError:
+        return ViewError(
+            f"view {self.view} is not registered in incview.views, so its sink cannot record "
+            "the applied LSN: create the view (ViewCatalog.insert) before writing results"
+        )
 
     def _check_int_ranges(self, rows: list[tuple]) -> None:
         for i, name, t in self._narrow_ints:
@@ -546,50 +581,75 @@ class ResultSink:
         ``diffs`` must be consolidated (distinct rows, what the dataflow's sink emits per time);
         pass ``consolidate=True`` to have it done here (costs a dict update per diff). With
         ``strict`` on, a repeated row with negative weight makes the delete find too few rows
-        and raises instead of writing a wrong result.
+        and raises instead of writing a wrong result. The transaction's statements share round
+        trips where they can (``sink_transaction``).
         """
         start = time.perf_counter()
+        opening: sql.Composable | None = sql.SQL(_LOCAL_SETTINGS)
         if isinstance(diffs, SpilledOutput):
             what, write = f"applying {len(diffs)} spilled diffs", self._write_spilled
         else:
             if consolidate:
                 diffs = diffs.consolidate()
             what = f"applying {len(diffs)} diffs"
-            write = self._write_rows if self._diff_copy is None else self._write_columns
+            if self._diff_copy is None:
+                write = self._write_rows
+            else:
+                weights = _Weights.of(diffs)
+                write = functools.partial(self._write_columns, weights=weights)
+                if weights.n_del:  # the SET LOCALs go with the diff table's statement
+                    opening = self._diff_table_sql(settings=True)
+            if not len(diffs) and self._checked:
+                return self._record_unchanged(lsn, start, commit_time)
         with (
             self._failures(f"{what} at LSN {lsn:X}"),
-            self.conn.transaction(),
             self.conn.cursor() as cur,
+            tx.rolled_back_on_error(self.conn),
         ):
-            if self._holds(cur, lsn):
-                return False
-            written = write(cur, diffs)
+            try:
+                if self._holds(cur, lsn, opening):
+                    cur.execute("ROLLBACK")
+                    return False
+                written = write(cur, diffs)
+            finally:
+                self._target_rows = None
             ms = (time.perf_counter() - start) * 1000.0
-            ViewCatalog.record_applied(cur, self.view, lsn, written, ms, commit_time)
+            tx.commit_time(cur, self.view, lsn, written, ms, commit_time)
         return True
 
-    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch) -> int:
+    def _record_unchanged(self, lsn: int, start: float, commit_time: datetime | None) -> bool:
+        """``apply`` of a time without diffs: the catalog row's update alone (one round trip)."""
+        with self._failures(f"recording LSN {lsn:X}"), self.conn.cursor() as cur:
+            ms = (time.perf_counter() - start) * 1000.0
+            try:
+                if tx.record_if_behind(cur, self.view, lsn, ms, commit_time):
+                    return True
+                ViewCatalog.applied_lsn(cur, self.view)
+            except psycopg.errors.UndefinedTable:
+                raise self._no_catalog() from None
+            if cur.rowcount == 0:
+                raise self._unregistered()
+        return False
+
+    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch, weights: _Weights) -> int:
         """A time's diffs by binary COPY from their columns: retractions (and a few insertions
-        riding along) into the diff table and one DELETE, insertions straight into the result
-        table; returns the rows deleted + inserted."""
+        riding along) into the diff table (``apply`` emptied it) and one DELETE, insertions
+        straight into the result table; returns the rows deleted + inserted."""
         assert self._diff_copy is not None
-        w = np.asarray(diffs.column_weights, dtype=np.int64)
-        gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
-        n_del, n_ins = int(-w[gone].sum()), int(w[new].sum())
+        w, gone, new, n_del, n_ins = weights
         if not (n_del or n_ins):
             return 0
         columns = self._diff_copy.columns(diffs)
         # with deletes, a few inserts ride along in the diff table (one COPY less)
         along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
-        if n_del:  # the SET LOCALs go with the diff table's statement
-            tmp = self._diff_table(cur, settings=True)
+        if n_del:
+            tmp = self._session_diffs
             rows = np.flatnonzero(w) if along else gone
             self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
-            self._delete_tmp(cur, self._target, tmp, n_del)
             if along:
-                self._apply_tmp(cur, self._target, tmp, 0, n_ins, bool(w[new].max() > 1))
-        else:
-            self._local_settings(cur)
+                self._apply_tmp(cur, self._target, tmp, n_del, n_ins, bool(w[new].max() > 1))
+            else:
+                self._delete_tmp(cur, self._target, tmp, n_del)
         if n_ins and not along:
             self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del + n_ins
@@ -639,10 +699,19 @@ class ResultSink:
                 f"result table {self.qualified_name} cannot hold; nothing was written"
             ) from e
 
-    def _holds(self, cur, lsn: int) -> bool:
-        """Lock the view's row; whether its result table already holds ``lsn`` (then the
-        caller writes nothing). Checks once that the result table exists."""
-        applied = self._lock_view(cur)
+    def _holds(self, cur, lsn: int, then: sql.Composable | None) -> bool:
+        """Open the time's transaction: lock the view's row, sending ``then`` along; whether the
+        result table already holds ``lsn`` (then the caller writes nothing). Keeps the result
+        table's planner row count for ``_delete_tmp``. Checks once that the result table exists.
+        """
+        try:
+            registered, applied, self._target_rows = tx.open_time(
+                cur, self.view, self._target_text, then
+            )
+        except psycopg.errors.UndefinedTable:
+            raise self._no_catalog() from None
+        if not registered:
+            raise self._unregistered()
         if applied is not None and applied >= lsn:
             return True
         if not self._checked:
@@ -659,8 +728,8 @@ class ResultSink:
         all in memory), in the same one transaction: by columns, retractions into the diff
         table and insertions straight into the result table, the delete at the end (a
         consolidated time holds each row once, so no insertion can match a retraction); or by
-        the row path into the diff table. Returns the rows deleted + inserted."""
-        self._local_settings(cur)
+        the row path into the diff table. Returns the rows deleted + inserted (``apply`` made
+        the ``SET LOCAL``s)."""
         if self._diff_copy is None:
             n_del, n_ins, multi = self._copy_spilled_rows(cur, diffs)
             self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, multi)
@@ -710,8 +779,8 @@ class ResultSink:
         n_ins: int,
         multi: bool,
     ) -> None:
-        """COPY consolidated ``pairs`` into temp table ``tmp``, then delete and insert in ``target``."""
-        self._local_settings(cur)
+        """COPY consolidated ``pairs`` into temp table ``tmp``, then delete and insert in ``target``
+        (``apply`` made the ``SET LOCAL``s)."""
         self._create_tmp(cur, tmp)
         self._copy_weighted(cur, tmp, pairs)
         self._apply_tmp(cur, target, tmp, n_del, n_ins, multi)
@@ -725,12 +794,17 @@ class ResultSink:
         n_ins: int,
         multi: bool,
     ) -> None:
-        if n_del:
-            self._delete_tmp(cur, target, tmp, n_del)
+        """Delete the retractions of ``tmp`` from ``target`` and insert its insertions, in one
+        round trip."""
+        inserts = []
         if n_ins:
-            cur.execute(self._insert_sql(target, tmp, single=True), prepare=False)
+            inserts.append(self._insert_sql(target, tmp, single=True))
             if multi:
-                cur.execute(self._insert_sql(target, tmp, single=False), prepare=False)
+                inserts.append(self._insert_sql(target, tmp, single=False))
+        if n_del:
+            self._delete_tmp(cur, target, tmp, n_del, then=inserts)
+        elif inserts:
+            cur.execute(sql.SQL("; ").join(inserts), prepare=False)
 
     @staticmethod
     def _estimated_rows(cur: psycopg.Cursor, table: sql.Composable) -> float:
@@ -744,31 +818,41 @@ class ResultSink:
         return float(row[0])
 
     def _delete_tmp(
-        self, cur: psycopg.Cursor, target: sql.Composable, tmp: str, n_del: int
+        self,
+        cur: psycopg.Cursor,
+        target: sql.Composable,
+        tmp: str,
+        n_del: int,
+        then: list[sql.Composable] | None = None,
     ) -> None:
-        """Delete ``-w`` copies of every row of ``tmp`` with ``w < 0`` from ``target``; in strict
-        mode, raise unless exactly ``n_del`` rows went.
+        """Delete ``-w`` copies of every row of ``tmp`` with ``w < 0`` from ``target`` (with the
+        statements ``then`` in the same round trip); in strict mode, raise unless exactly
+        ``n_del`` rows went.
 
         Unless the diffs are a large share of the table (``_HASH_DELETE_SHARE``), the rows are
         looked up one by one through the row-hash index (hash joins off for this statement): the
         planner, without statistics of the diff table, otherwise tends to hash the whole result
         table (measured, 100k deletes from 1M rows: ~1.2 s of server CPU hashing vs ~0.6 s). A
-        few deletes (under ``_PROBE_MIN_ROWS``) it looks up by the index itself.
+        few deletes (under ``_PROBE_MIN_ROWS``) it looks up by the index itself. The table's
+        size is the planner's row count, read when ``apply`` opened the time (else asked here).
         """
-        share = _HASH_DELETE_SHARE * n_del
-        probe = n_del >= _PROBE_MIN_ROWS and share < self._estimated_rows(cur, target)
+        probe = n_del >= _PROBE_MIN_ROWS and _HASH_DELETE_SHARE * n_del < self._rows_of(cur, target)
+        statements: list[sql.Composable] = [self._delete_sql(target, tmp)]
         if probe:
-            cur.execute("SET LOCAL enable_hashjoin = off")
-        cur.execute(self._delete_sql(target, tmp), prepare=False)
-        deleted = cur.rowcount
-        if probe:
-            cur.execute("SET LOCAL enable_hashjoin = on")
+            statements = [_HASH_JOINS_OFF, *statements, _HASH_JOINS_ON]
+        cur.execute(sql.SQL("; ").join([*statements, *(then or [])]), prepare=False)
+        deleted = tx.rowcount_of(cur, "DELETE")
         if self.strict and deleted != n_del:
             raise ViewError(
                 f"result table {self.qualified_name} of view {self.view} no longer matches "
                 f"the view: {n_del - deleted} of {n_del} rows to delete were not found "
                 "(was the table changed outside incview?); re-populate the view to repair it"
             )
+
+    def _rows_of(self, cur: psycopg.Cursor, target: sql.Composable) -> float:
+        if target is self._target and self._target_rows is not None:
+            return self._target_rows
+        return self._estimated_rows(cur, target)
 
     # -- population -----------------------------------------------------------------------------
     def populate(self, batches: Iterable[DiffBatch], lsn: int) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
+from psycopg import sql
 
 SCHEMA = "incview"
 
@@ -439,23 +440,49 @@ class ViewCatalog:
     ) -> None:
         """Inside the sink's transaction: the view now reflects everything up to ``lsn``; ``rows``
         result rows were written (inserted + deleted) by this batch."""
-        cur.execute(
-            f"UPDATE {SCHEMA}.views SET last_lsn = %s::pg_lsn, last_batch_rows = %s, "
-            "last_batch_ms = %s, last_commit_time = coalesce(%s, last_commit_time), "
-            "last_change_lsn = CASE WHEN %s > 0 THEN %s::pg_lsn ELSE last_change_lsn END "
-            "WHERE name = %s",
-            (int_to_lsn(lsn), rows, ms, commit_time, rows, int_to_lsn(lsn), name),
+        cur.execute(ViewCatalog.applied_statement(name, lsn, rows, ms, commit_time))
+
+    @staticmethod
+    def applied_statement(
+        name: str, lsn: int, rows: int, ms: float, commit_time: datetime | None
+    ) -> sql.Composed:
+        """``record_applied``'s statement with its values in it (no parameters), so that it can
+        share a round trip with others (the sink sends its ``COMMIT`` along)."""
+        at = sql.Literal(int_to_lsn(lsn))
+        return sql.SQL(
+            "UPDATE {}.views SET last_lsn = {}::pg_lsn, last_batch_rows = {}, last_batch_ms = {}, "
+            "last_commit_time = coalesce({}::timestamptz, last_commit_time), "
+            "last_change_lsn = CASE WHEN {} > 0 THEN {}::pg_lsn ELSE last_change_lsn END "
+            "WHERE name = {}"
+        ).format(
+            sql.Identifier(SCHEMA),
+            at,
+            sql.Literal(rows),
+            sql.Literal(float(ms)),
+            sql.Literal(commit_time),
+            sql.Literal(rows),
+            at,
+            sql.Literal(name),
         )
 
     @staticmethod
     def applied_lsn(cur: psycopg.Cursor, name: str, lock: bool = False) -> int | None:
         """The view's last applied LSN, read (and row-locked if ``lock``) inside a transaction."""
-        row = cur.execute(
-            f"SELECT last_lsn::text FROM {SCHEMA}.views WHERE name = %s"
-            + (" FOR UPDATE" if lock else ""),
-            (name,),
-        ).fetchone()
+        row = cur.execute(ViewCatalog.applied_lsn_query(name, lock=lock)).fetchone()
         return lsn_to_int(row[0]) if row else None
+
+    @staticmethod
+    def applied_lsn_query(
+        name: str, *, lock: bool = False, also: sql.Composable | None = None
+    ) -> sql.Composed:
+        """``applied_lsn``'s query with the name in it (no parameters, so it can share a round
+        trip); ``also``: an expression returned as a second column."""
+        return sql.SQL("SELECT last_lsn::text{} FROM {}.views WHERE name = {}{}").format(
+            sql.SQL(", ") + also if also is not None else sql.SQL(""),
+            sql.Identifier(SCHEMA),
+            sql.Literal(name),
+            sql.SQL(" FOR UPDATE" if lock else ""),
+        )
 
 
 def view_records(conn: psycopg.Connection) -> list[ViewRecord]:
