@@ -7,18 +7,17 @@ session, one per row layout, emptied before each use) and deletes exactly ``|w|`
 copies of each (multiset-exact: duplicates and NULLs included, rows found through the result
 table's row-hash index, matched with ``IS NOT DISTINCT FROM`` and picked by ``ctid``: the cost
 follows the diffs, not the table), COPYs ``w`` copies of every row with a positive weight
-straight into the result table, and records the LSN, so results and LSN commit together. The COPY data is encoded from Arrow columns with no Python
-per row (``diff_copy``, ``copy_binary``; tuple batches are converted once); a time whose output
-the dataflow spilled to disk, a ``SpilledOutput``, is COPYed chunk by chunk, never whole in
-memory. Tables with inet, cidr or array columns (and ``arrow_copy=False``) keep the row path:
-``write_row`` of every diff into the temp table, then the delete and ``INSERT ... SELECT``.
-``populate(batches, lsn)`` writes a view's whole content: into a new table that is
-renamed into place (readers never see a partial table), or, when the result table exists, by
-applying only the multiset difference to it (unchanged rows are never rewritten). The sink uses
-its own dedicated AUTOCOMMIT connection (each operation opens its own ``conn.transaction()``);
-it must not plan, keep view state, advance replication slots, or write anything in the database
-besides its result table (with its row-hash index), its staging table, its session's temp
-tables and the view's row in ``incview.views``.
+straight into the result table, and records the LSN, so results and LSN commit together; its
+statements share round trips where they can (``sink_transaction``). The COPY data is encoded
+from Arrow columns with no Python per row (``diff_copy``, ``copy_binary``; tuple batches are
+converted once); a time whose output the dataflow spilled to disk, a ``SpilledOutput``, is
+COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or array columns (and
+``arrow_copy=False``) keep the row path (``sink_row_path``). ``populate(batches, lsn)`` writes a
+view's whole content (``sink_population``); the SQL about the table and its checks are in
+``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection (each operation opens its own
+transaction); it must not plan, keep view state, advance replication slots, or write anything in
+the database besides its result table (with its row-hash index), its staging table, its
+session's temp tables and the view's row in ``incview.views``.
 """
 
 from __future__ import annotations
@@ -29,12 +28,10 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
 from engine.dataflow.batch import DiffBatch
@@ -45,8 +42,11 @@ from engine.postgres import sink_transaction as tx
 from engine.postgres.arrays import array_literal
 from engine.postgres.copy_binary import CopyValueError
 from engine.postgres.diff_copy import DiffCopy
+from engine.postgres.sink_population import SinkPopulation
+from engine.postgres.sink_row_path import DIFFS, SinkRowPath
+from engine.postgres.sink_sql import SESSION_DIFFS, SinkStatements
 from engine.postgres.view_catalog import ViewCatalog
-from engine.sql.types import BIGINT, INT_RANGES, SqlType, TypeKind, from_pg_name
+from engine.sql.types import BIGINT, SqlType, TypeKind
 from engine.view_names import STAGING_SUFFIX
 
 # psycopg type names for binary COPY (``Copy.set_types``). The server decodes each field with the
@@ -85,34 +85,6 @@ _TEXT_COPY = frozenset({TypeKind.JSONB, TypeKind.INET, TypeKind.CIDR, TypeKind.A
 # Kinds the Arrow COPY (``diff_copy``) has no binary encoding of: tables with such a column
 # keep the row path (psycopg ``write_row``, text COPY).
 _ROW_COPY_ONLY = frozenset({TypeKind.INET, TypeKind.CIDR, TypeKind.ARRAY})
-
-# The multiset delete finds a diff row's copies in the result table through an expression index
-# on ``hash_record(ROW(<all columns>))``: Postgres' record hash hashes each column with its
-# type's hash function, so values equal under ``=`` hash equally (1.0 and 1.00, int4 and int8,
-# char(n) with and without trailing blanks) and NULLs hash too. The index holds 4 bytes per row
-# (no btree row-size limit on wide text); the exact ``IS NOT DISTINCT FROM`` test decides.
-_ROW_HASH = "hash_record"
-
-
-def _base_type_sql(t: SqlType) -> str:
-    """``t`` without length/precision (a cast to it never truncates or rounds)."""
-    if t.kind is TypeKind.ENUM or t.kind is TypeKind.ARRAY:
-        return t.sql()
-    return "bpchar" if t.kind is TypeKind.CHAR else SqlType(t.kind).sql()
-
-
-def _rows_at(batch: DiffBatch, positions: np.ndarray) -> list[tuple]:
-    """Rows ``positions`` of ``batch`` as tuples (only those converted, for a columnar one)."""
-    if batch.columns is None:
-        rows = batch.rows
-        return [rows[i] for i in positions.tolist()]
-    at = pa.array(positions)
-    picked = [c.take(at) for c in batch.columns]
-    return DiffBatch.from_columns(picked, np.ones(len(positions), np.int64)).rows
-
-
-def _encoding(write: Callable[[tuple], None], encode: Callable[[tuple], tuple]) -> Callable:
-    return lambda row: write(encode(row))
 
 
 def _array_encoder(columns: list[tuple[str, SqlType]]) -> Callable[[tuple], tuple] | None:
@@ -168,7 +140,7 @@ def drop_unused_diff_tables(conn: psycopg.Connection, used: Iterable[str]) -> No
     rows = conn.execute(
         "SELECT relname::text FROM pg_class WHERE relnamespace = pg_my_temp_schema() "
         "AND starts_with(relname::text, %s)",
-        (_SESSION_DIFFS,),
+        (SESSION_DIFFS,),
     ).fetchall()
     for (name,) in rows:
         if name not in keep:
@@ -180,12 +152,8 @@ def _widened(t: SqlType) -> SqlType:
     return BIGINT if t.kind in _NARROW_INTS else t
 
 
-_DIFFS = "incview_sink_diffs"  # temp table of one transaction's diffs (ON COMMIT DROP)
-# the running sink's diff tables, kept for the session: this prefix and a digest of the layout
-_SESSION_DIFFS = "incview_sink_d_"
 # rows COPYed into a kept diff table past which its next use truncates it rather than deletes
 _DIFF_TABLE_SLACK = 1_000
-_LOADED = "incview_sink_loaded"  # temp table of a re-population's new content (ON COMMIT DROP)
 _MAX_IDENT = 63  # NAMEDATALEN - 1: Postgres truncates longer identifiers silently
 
 
@@ -198,10 +166,6 @@ def staging_name(table: str) -> str:
     digest = hashlib.sha1(table.encode()).hexdigest()[:8]
     head = table.encode()[: _MAX_IDENT - len(STAGING_SUFFIX) - 9].decode(errors="ignore")
     return f"{head}_{digest}{STAGING_SUFFIX}"
-
-
-def _count_int(value: object) -> int:
-    return int(value) if value is not None else 0
 
 
 class _Weights(NamedTuple):
@@ -221,7 +185,7 @@ class _Weights(NamedTuple):
         return cls(w, gone, new, int(-w[gone].sum()), int(w[new].sum()))
 
 
-class ResultSink:
+class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
     """Writes one view's diffs into ``schema.table`` over a dedicated autocommit connection.
 
     ``columns`` are the result table's columns, in order, with their types; rows passed to
@@ -318,84 +282,6 @@ class ResultSink:
         cur.execute(_LOCAL_SETTINGS)
 
     # -- SQL ------------------------------------------------------------------------------------
-    def _build_statements(self) -> None:
-        cols = [sql.Identifier(n) for n, _ in self.columns]
-        pos = [sql.Identifier(f"c{i}") for i in range(len(self.columns))]
-        self._col_list = sql.SQL(", ").join(cols)
-        self._pos_list = sql.SQL(", ").join(pos)
-        # temp-table column definitions: c0 <type>, ..., w bigint
-        self._tmp_defs = sql.SQL(", ").join(
-            [
-                sql.SQL("{} {}").format(p, sql.SQL(t.sql()))
-                for p, t in zip(pos, self._tmp_types, strict=True)
-            ]
-            + [sql.SQL("w bigint NOT NULL")]
-        )
-        layout = repr([t.sql() for t in self._tmp_types]).encode()
-        self._session_diffs = _SESSION_DIFFS + hashlib.md5(layout).hexdigest()[:16]
-        self._diff_rows = 0  # rows COPYed into it since this sink last truncated it
-        self._target_defs = sql.SQL(", ").join(
-            sql.SQL("{} {}").format(c, sql.SQL(t.sql()))
-            for c, (_, t) in zip(cols, self.columns, strict=True)
-        )
-        # json has no equality nor hash: its text stands for it (incview carries it as text)
-        json = [t.kind is TypeKind.JSON for _, t in self.columns]
-
-        def cmp(prefix: str, c: sql.Composable, j: bool) -> sql.Composable:
-            return sql.SQL(prefix + "{}" + ("::text" if j else "")).format(c)
-
-        self._row_hash_index = sql.SQL("{}(ROW({}))").format(
-            sql.SQL(_ROW_HASH),
-            sql.SQL(", ").join(cmp("", c, j) for c, j in zip(cols, json, strict=True)),
-        )
-        target_hash = sql.SQL("{}(ROW({}))").format(
-            sql.SQL(_ROW_HASH),
-            sql.SQL(", ").join(cmp("t.", c, j) for c, j in zip(cols, json, strict=True)),
-        )
-        # the diff table's columns cast to the result table's base types (bigint -> integer,
-        # text -> bpchar ...): the same per-type hash functions on both sides
-        diff_hash = sql.SQL("{}(ROW({}))").format(
-            sql.SQL(_ROW_HASH),
-            sql.SQL(", ").join(
-                sql.SQL("d.{}::{}").format(p, sql.SQL(_base_type_sql(t)))
-                if t.kind is not TypeKind.JSON
-                else sql.SQL("d.{}::text").format(p)
-                for p, (_, t) in zip(pos, self.columns, strict=True)
-            ),
-        )
-        exact = [
-            sql.SQL("{} IS NOT DISTINCT FROM {}").format(cmp("t.", c, j), cmp("d.", p, j))
-            for c, p, j in zip(cols, pos, json, strict=True)
-        ]
-        self._match = sql.SQL(" AND ").join(
-            [sql.SQL("{} = {}").format(target_hash, diff_hash), *exact]
-        )
-
-    def _delete_sql(self, target: sql.Composable, source: str) -> sql.Composed:
-        """Delete ``-w`` physical copies (by ctid) of every row of ``source`` with ``w < 0``."""
-        return sql.SQL(
-            "DELETE FROM {target} AS x USING ("
-            " SELECT m.tid FROM ("
-            "  SELECT t.ctid AS tid, -d.w AS n,"
-            "   row_number() OVER (PARTITION BY d.ctid) AS k"
-            "  FROM {source} AS d JOIN {target} AS t ON {match}"
-            "  WHERE d.w < 0) AS m"
-            " WHERE m.k <= m.n) AS s "
-            "WHERE x.ctid = s.tid"
-        ).format(target=target, source=sql.Identifier(source), match=self._match)
-
-    def _insert_sql(self, target: sql.Composable, source: str, single: bool) -> sql.Composed:
-        """Insert ``w`` copies of every row of ``source`` with ``w = 1`` (single) / ``w > 1``."""
-        if single:
-            return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE w = 1").format(
-                target, self._col_list, self._pos_list, sql.Identifier(source)
-            )
-        return sql.SQL(
-            "INSERT INTO {} ({}) SELECT {} FROM {} AS d CROSS JOIN LATERAL generate_series(1, d.w)"
-            " WHERE d.w > 1"
-        ).format(target, self._col_list, sql.SQL(", ").join(
-            sql.SQL("d.{}").format(sql.Identifier(f"c{i}")) for i in range(len(self.columns))
-        ), sql.Identifier(source))  # fmt: skip
 
     @property
     def diff_table_name(self) -> str:
@@ -437,30 +323,6 @@ class ResultSink:
             name,
         )
 
-    def _create_tmp(self, cur: psycopg.Cursor, name: str) -> None:
-        cur.execute(
-            sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
-                sql.Identifier(name), self._tmp_defs
-            )
-        )
-
-    def _copy_weighted(
-        self, cur: psycopg.Cursor, name: str, pairs: Iterable[tuple[tuple, int]]
-    ) -> None:
-        """Binary-COPY ``(row, weight)`` pairs into the temp table ``name`` (streamed)."""
-        with cur.copy(
-            sql.SQL("COPY {} FROM STDIN (FORMAT {})").format(sql.Identifier(name), self._format)
-        ) as cp:
-            cp.set_types([*self._tmp_copy_types, "int8"])
-            write = cp.write_row
-            encode = self._encode
-            if encode is not None:
-                for row, w in pairs:
-                    write((*encode(row), w))
-                return
-            for row, w in pairs:
-                write((*row, w))
-
     # -- checks ---------------------------------------------------------------------------------
     @property
     def qualified_name(self) -> str:
@@ -486,71 +348,6 @@ class ResultSink:
             f"view {self.view} is not registered in incview.views, so its sink cannot record "
             "the applied LSN: create the view (ViewCatalog.insert) before writing results"
         )
-
-    def _check_int_ranges(self, rows: list[tuple]) -> None:
-        for i, name, t in self._narrow_ints:
-            values = [v for v in map(itemgetter(i), rows) if v is not None]
-            if not values:
-                continue
-            lo, hi, message = INT_RANGES[t.kind]
-            bad = [v for v in (min(values), max(values)) if not lo <= v <= hi]
-            if bad:
-                raise ViewError(
-                    f"{message}: view {self.view} produced {bad[0]} for column {name} "
-                    f"({t.sql()}) of result table {self.qualified_name}; nothing was written"
-                )
-
-    def _table_columns(
-        self, cur: psycopg.Cursor, ident: sql.Identifier
-    ) -> list[tuple[str, str]] | None:
-        row = cur.execute("SELECT to_regclass(%s)::oid", (ident.as_string(cur),)).fetchone()
-        if row is None or row[0] is None:
-            return None
-        cols = cur.execute(
-            "SELECT attname, format_type(atttypid, atttypmod), atttypid FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (row[0],),
-        ).fetchall()
-        self._type_oids = [oid for _, _, oid in cols]
-        return [(n, t) for n, t, _ in cols]
-
-    def _check_table(self, cur: psycopg.Cursor) -> bool:
-        """Whether the result table exists; raises if its columns differ from the view's."""
-        cols = self._table_columns(cur, self._target)
-        if cols is None:
-            return False
-        expected = [(n, t.sql()) for n, t in self.columns]
-        ok = len(cols) == len(expected)
-        if ok:
-            for (name, type_name), (want_name, want_t), oid in zip(
-                cols, self.columns, self._type_oids, strict=True
-            ):
-                try:
-                    kind = from_pg_name(type_name).kind
-                except ValueError:  # an enum, an array of one: the very type
-                    same = cur.execute("SELECT %s::regtype::oid = %s", (want_t.sql(), oid))
-                    kind = want_t.kind if same.fetchone()[0] else None
-                if name != want_name or kind is not want_t.kind:
-                    ok = False
-                    break
-        if not ok:
-            raise ViewError(
-                f"result table {self.qualified_name} of view {self.view} has columns {cols}, but "
-                f"the view produces {expected}: drop the table (or the view) and re-create the view"
-            )
-        self._ensure_row_index(cur, self._target)
-        return True
-
-    def _ensure_row_index(self, cur: psycopg.Cursor, table: sql.Identifier) -> None:
-        """Create the row-hash index the multiset delete looks rows up by, unless ``table`` has
-        it (tables written by an older incview, or whose index someone dropped, get it here)."""
-        row = cur.execute(
-            "SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass "
-            "AND pg_get_indexdef(indexrelid) LIKE %s",
-            (table.as_string(cur), f"%{_ROW_HASH}(ROW(%"),
-        ).fetchone()
-        if row is not None and row[0] == 0:
-            cur.execute(sql.SQL("CREATE INDEX ON {} ({})").format(table, self._row_hash_index))
 
     @contextlib.contextmanager
     def _failures(self, what: str) -> Iterator[None]:
@@ -654,18 +451,6 @@ class ResultSink:
             self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del + n_ins
 
-    def _write_rows(self, cur: psycopg.Cursor, diffs: DiffBatch) -> int:
-        """A time's diffs by the row path: write_row into the diff table, DELETE, INSERT ...
-        SELECT; returns the rows deleted + inserted."""
-        ws = diffs.weights
-        n_del = -sum(w for w in ws if w < 0)
-        n_ins = sum(w for w in ws if w > 0)
-        multi = n_ins > 0 and max(ws) > 1
-        if n_del or n_ins:
-            pairs = zip(diffs.rows, ws, strict=True)
-            self._write_diffs(cur, self._target, _DIFFS, pairs, n_del, n_ins, multi)
-        return n_del + n_ins
-
     def _copy_columns(
         self,
         cur: psycopg.Cursor,
@@ -732,25 +517,12 @@ class ResultSink:
         the ``SET LOCAL``s)."""
         if self._diff_copy is None:
             n_del, n_ins, multi = self._copy_spilled_rows(cur, diffs)
-            self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, multi)
+            self._apply_tmp(cur, self._target, DIFFS, n_del, n_ins, multi)
         else:
             n_del, n_ins = self._copy_spilled_columns(cur, diffs)
             if n_del:
                 self._delete_tmp(cur, self._target, self._session_diffs, n_del)
         return n_del + n_ins
-
-    def _copy_spilled_rows(
-        self, cur: psycopg.Cursor, diffs: SpilledOutput
-    ) -> tuple[int, int, bool]:
-        self._create_tmp(cur, _DIFFS)
-        n_del = n_ins = top = 0
-        for chunk in diffs.chunks():
-            ws = chunk.weights
-            n_del -= sum(w for w in ws if w < 0)
-            n_ins += sum(w for w in ws if w > 0)
-            top = max(top, max(ws))
-            self._copy_weighted(cur, _DIFFS, zip(chunk.rows, ws, strict=True))
-        return n_del, n_ins, top > 1
 
     def _copy_spilled_columns(self, cur: psycopg.Cursor, diffs: SpilledOutput) -> tuple[int, int]:
         assert self._diff_copy is not None
@@ -768,22 +540,6 @@ class ResultSink:
                 n_ins += int(w[new].sum())
                 self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del, n_ins
-
-    def _write_diffs(
-        self,
-        cur: psycopg.Cursor,
-        target: sql.Composable,
-        tmp: str,
-        pairs: Iterable[tuple[tuple, int]],
-        n_del: int,
-        n_ins: int,
-        multi: bool,
-    ) -> None:
-        """COPY consolidated ``pairs`` into temp table ``tmp``, then delete and insert in ``target``
-        (``apply`` made the ``SET LOCAL``s)."""
-        self._create_tmp(cur, tmp)
-        self._copy_weighted(cur, tmp, pairs)
-        self._apply_tmp(cur, target, tmp, n_del, n_ins, multi)
 
     def _apply_tmp(
         self,
@@ -854,175 +610,6 @@ class ResultSink:
             return self._target_rows
         return self._estimated_rows(cur, target)
 
-    # -- population -----------------------------------------------------------------------------
-    def populate(self, batches: Iterable[DiffBatch], lsn: int) -> int:
-        """Write the view's whole content (as of ``lsn``) and record ``lsn``; returns the rows
-        written: the new table's row count, or the rows inserted + deleted in an existing table.
-
-        New table: created as ``<table>__incview_new``, filled by binary COPY, then renamed into
-        place in the transaction that records the LSN. Existing table (re-population): the new
-        content is loaded into a temp table and only the multiset difference is applied, in one
-        transaction. Weights must net to >= 0 per row (negative diffs retract earlier rows).
-        """
-        start = time.perf_counter()
-        with (
-            self._failures(f"populating (LSN {lsn:X})"),
-            self.conn.transaction(),
-            self.conn.cursor() as cur,
-        ):
-            exists = self._check_table(cur)
-            if exists:
-                with self.conn.transaction(), self.conn.cursor() as cur:
-                    written = self._repopulate(cur, batches, lsn, start)
-            else:
-                written = self._populate_new(batches, lsn, start)
-        self._checked = True
-        return written
-
-    def _populate_new(self, batches: Iterable[DiffBatch], lsn: int, start: float) -> int:
-        conn = self.conn
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-        retract: dict[tuple, int] = {}
-        inserted = 0
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._staging))
-            cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._staging, self._target_defs))
-            if self._diff_copy is not None:
-                inserted = self._populate_columns(cur, batches, retract)
-            else:
-                inserted = self._populate_rows(cur, batches, retract)
-            # built once over the loaded rows (cheaper than maintaining it row by row)
-            cur.execute(
-                sql.SQL("CREATE INDEX ON {} ({})").format(self._staging, self._row_hash_index)
-            )
-        deleted = 0
-        with conn.transaction(), conn.cursor() as cur:
-            self._lock_view(cur)
-            if retract:
-                deleted = -sum(retract.values())
-                # strict regardless of self.strict: a population may not retract missing rows
-                strict, self.strict = self.strict, True
-                try:
-                    self._write_diffs(
-                        cur, self._staging, _DIFFS, retract.items(), deleted, 0, False
-                    )
-                finally:
-                    self.strict = strict
-            if self._table_columns(cur, self._target) is not None:
-                raise ViewError(
-                    f"result table {self.qualified_name} of view {self.view} was created by "
-                    "someone else while the view was populating: drop it and populate again"
-                )
-            cur.execute(
-                sql.SQL("ALTER TABLE {} RENAME TO {}").format(
-                    self._staging, sql.Identifier(self.table)
-                )
-            )
-            ms = (time.perf_counter() - start) * 1000.0
-            ViewCatalog.record_applied(cur, self.view, lsn, inserted - deleted, ms, None)
-        return inserted - deleted
-
-    def _populate_rows(
-        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], retract: dict[tuple, int]
-    ) -> int:
-        """The new result table's rows by write_row, in one COPY; retractions summed into
-        ``retract``. Returns the rows inserted."""
-        inserted = 0
-        with cur.copy(
-            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {}, FREEZE)").format(
-                self._staging, self._col_list, self._format
-            )
-        ) as cp:
-            cp.set_types(self._copy_types)
-            write = cp.write_row
-            if self._encode is not None:
-                write = _encoding(write, self._encode)
-            for batch in batches:
-                if self._narrow_ints:
-                    self._check_int_ranges(batch.rows)
-                ws = batch.weights
-                if all(w == 1 for w in ws):
-                    for row in batch.rows:
-                        write(row)
-                    inserted += len(ws)
-                    continue
-                for row, w in zip(batch.rows, ws, strict=True):
-                    if w > 0:
-                        inserted += w
-                        for _ in range(w):
-                            write(row)
-                    elif w < 0:
-                        retract[row] = retract.get(row, 0) + w
-        return inserted
-
-    def _populate_columns(
-        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], retract: dict[tuple, int]
-    ) -> int:
-        """The new result table's rows by binary COPY from each batch's columns (a spilled
-        time chunk by chunk); retractions (rows of a group an earlier chunk emitted) summed into
-        ``retract``. Returns the rows inserted."""
-        inserted = 0
-        for chunk in _chunks(batches):
-            w = np.asarray(chunk.column_weights, dtype=np.int64)
-            new, gone = np.flatnonzero(w > 0), np.flatnonzero(w < 0)
-            if len(new):
-                columns = self._diff_copy.columns(chunk)
-                self._copy_columns(cur, columns, new, w[new], into_diffs=False, table=self._staging)
-                inserted += int(w[new].sum())
-            if len(gone):
-                for row, wt in zip(_rows_at(chunk, gone), w[gone].tolist(), strict=True):
-                    retract[row] = retract.get(row, 0) + wt
-        return inserted
-
-    def _repopulate(
-        self, cur: psycopg.Cursor, batches: Iterable[DiffBatch], lsn: int, start: float
-    ) -> int:
-        self._lock_view(cur)
-        self._local_settings(cur)
-        # readers keep reading; other writers of the result table wait until we commit
-        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(self._target))
-        self._create_tmp(cur, _LOADED)
-        if self._diff_copy is None:
-            self._copy_weighted(cur, _LOADED, _pairs(batches))
-        else:  # binary COPY from columns, a spilled time chunk by chunk
-            for chunk in _chunks(batches):
-                w = np.asarray(chunk.column_weights, dtype=np.int64)
-                rows = np.flatnonzero(w)
-                columns = self._diff_copy.columns(chunk)
-                loaded = sql.Identifier(_LOADED)
-                self._copy_columns(cur, columns, rows, w[rows], into_diffs=True, table=loaded)
-        t_cols = sql.SQL(", ").join(
-            sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"c{i}"))
-            for i, (n, _) in enumerate(self.columns)
-        )
-        cur.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {diffs} ON COMMIT DROP AS "
-                "SELECT {pos}, sum(w)::bigint AS w FROM ("
-                " SELECT {pos}, w FROM {loaded}"
-                " UNION ALL SELECT {t_cols}, -1 AS w FROM {target}) AS u "
-                "GROUP BY {pos} HAVING sum(w) <> 0"
-            ).format(
-                diffs=sql.Identifier(_DIFFS),
-                pos=self._pos_list,
-                loaded=sql.Identifier(_LOADED),
-                t_cols=t_cols,
-                target=self._target,
-            )
-        )
-        row = cur.execute(
-            sql.SQL(
-                "SELECT coalesce(sum(-w) FILTER (WHERE w < 0), 0),"
-                " coalesce(sum(w) FILTER (WHERE w > 0), 0), coalesce(max(w), 0) FROM {}"
-            ).format(sql.Identifier(_DIFFS))
-        ).fetchone()
-        assert row is not None
-        n_del, n_ins, max_w = (_count_int(v) for v in row)
-        self._apply_tmp(cur, self._target, _DIFFS, n_del, n_ins, max_w > 1)
-        ms = (time.perf_counter() - start) * 1000.0
-        ViewCatalog.record_applied(cur, self.view, lsn, n_del + n_ins, ms, None)
-        return n_del + n_ins
-
     # -- housekeeping ---------------------------------------------------------------------------
     def drop(self) -> None:
         """Drop the result table and any staging table a failed population left behind."""
@@ -1043,20 +630,6 @@ class ResultSink:
         )
         assert row is not None
         return int(row[0])
-
-
-def _chunks(batches: Iterable[DiffBatch]) -> Iterator[DiffBatch]:
-    """The batches, a spilled time's a bounded chunk at a time."""
-    for batch in batches:
-        if isinstance(batch, SpilledOutput):
-            yield from batch.chunks()
-        else:
-            yield batch
-
-
-def _pairs(batches: Iterable[DiffBatch]) -> Iterator[tuple[tuple, int]]:
-    for batch in batches:
-        yield from zip(batch.rows, batch.weights, strict=True)
 
 
 def drop_result_table(conn: psycopg.Connection, schema: str, table: str) -> None:
