@@ -1,8 +1,8 @@
 """Change data capture from PostgreSQL: a pgoutput logical slot read as whole transactions of diffs.
 
 ``CdcReader`` owns one publication and one logical replication slot. ``ensure(tables)`` checks
-``wal_level`` and each table's REPLICA IDENTITY FULL, creates or extends the publication and
-creates the slot. ``poll()`` peeks the slot (``pg_logical_slot_peek_binary_changes``; psycopg 3
+``wal_level`` and each table's REPLICA IDENTITY FULL, creates or extends the publication
+(``cdc_publication``) and creates the slot. ``poll()`` peeks the slot (``pg_logical_slot_peek_binary_changes``; psycopg 3
 has no streaming replication API), decodes the pgoutput messages and returns whole
 ``Transaction`` objects whose changes are ``DiffBatch`` Z-sets per table (INSERT +new, DELETE
 -old, UPDATE -old +new): Arrow columns decoded a whole peek at a time
@@ -37,33 +37,27 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import psycopg
 from psycopg import sql
 
-from engine.dataflow.batch import DiffBatch
 from engine.errors import ViewError
+from engine.postgres.cdc_publication import PublicationSetup, check_wal_level
+from engine.postgres.cdc_row_assembly import RowAssembly
+from engine.postgres.cdc_transaction import Transaction
 from engine.postgres.columnar_assembly import ColumnarAssembler
 from engine.postgres.pg_types import TypeResolver
 from engine.postgres.pgoutput import (
-    Begin,
-    Commit,
     PgOutputDecoder,
-    Relation,
-    Truncate,
-    display_name,
     format_lsn,
     parse_lsn,
     quote_ident,
-    replica_identity_fix,
 )
 from engine.postgres.slot_session import SlotSession
-from engine.postgres.source_tree import ancestors, descendants
-from engine.postgres.tx_spill import SpilledChanges
+from engine.postgres.source_tree import ancestors
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 from engine.sql.types import SqlType
 
@@ -83,120 +77,6 @@ class _Counted:
         for row in rows:
             self.n += 1
             yield row[0]
-
-
-def check_wal_level(setting: str) -> None:
-    """Raise ``ViewError`` unless ``wal_level`` (the value of ``SHOW wal_level``) is logical."""
-    if setting != "logical":
-        raise ViewError(
-            f"PostgreSQL runs with wal_level = {setting}, but incview reads changes through "
-            "logical decoding, which needs wal_level = logical. Run "
-            "ALTER SYSTEM SET wal_level = logical; as a superuser and restart the PostgreSQL "
-            "server (the setting only takes effect at server start)."
-        )
-
-
-def check_replica_identity(schema: str, table: str, relreplident: str) -> None:
-    """Raise ``ViewError`` unless the table's REPLICA IDENTITY is FULL (``pg_class.relreplident = 'f'``)."""
-    if relreplident != "f":
-        name = display_name(schema, table)
-        current = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(
-            relreplident, relreplident
-        )
-        raise ViewError(
-            f"table {name} has REPLICA IDENTITY {current}; incview needs the old values of "
-            "updated and deleted rows to retract them, which Postgres only logs with REPLICA "
-            f"IDENTITY FULL. Run: {replica_identity_fix(schema, table)}"
-        )
-
-
-def _split_table(table: str | tuple[str, str]) -> tuple[str, str]:
-    if isinstance(table, tuple):
-        return table
-    schema, dot, name = table.partition(".")
-    return (schema, name) if dot else ("public", schema)
-
-
-# -- transactions ------------------------------------------------------------------------------
-
-
-@dataclass
-class Transaction:
-    """One committed source transaction as diffs per table ("schema.table", unquoted).
-
-    ``truncated`` names the tables the transaction TRUNCATEd: a consumer first retracts the
-    table's whole content as of *before* this transaction, then applies ``changes[table]``, which
-    holds only the diffs made after the transaction's last TRUNCATE of that table (the earlier
-    ones were wiped by it). ``relations[table]`` is the table's shape at the end of the
-    transaction; every row of ``changes[table]`` follows its columns (rows written before a
-    schema change inside the same transaction are re-shaped by column name, added columns None).
-    """
-
-    xid: int  # 32-bit, as pgoutput sends it (widen with visible_in_snapshot's rule)
-    commit_lsn: int
-    end_lsn: int  # pass this to CdcReader.advance() once the transaction is applied
-    commit_ts: datetime
-    changes: dict[str, DiffBatch] = field(default_factory=dict)
-    truncated: set[str] = field(default_factory=set)
-    relations: dict[str, Relation] = field(default_factory=dict)
-    # a huge transaction's diffs beyond the buffering bound, on disk (read with iter_changes)
-    spilled: SpilledChanges | None = None
-
-    @property
-    def change_count(self) -> int:
-        held = sum(len(b) for b in self.changes.values())
-        return held + (self.spilled.change_count() if self.spilled is not None else 0)
-
-    def iter_changes(self) -> Iterator[tuple[str, DiffBatch]]:
-        """``(table, batch)`` for all the transaction's diffs: the spilled chunks first (one
-        batch each, read from disk as they are consumed), then what ``changes`` holds. Several
-        batches may name the same table; their sum is the table's change."""
-        if self.spilled is not None:
-            shapes = {t: rel.column_names for t, rel in self.relations.items()}
-            yield from self.spilled.read(shapes)
-        yield from self.changes.items()
-
-
-class _TableChanges:
-    __slots__ = ("rel", "rows", "weights", "truncated")
-
-    def __init__(self, rel: Relation) -> None:
-        self.rel = rel
-        self.rows: list[tuple] = []
-        self.weights: list[int] = []
-        self.truncated = False
-
-    def clear(self) -> None:
-        """A TRUNCATE (or a change without its old row): the diffs so far no longer count."""
-        self.rows.clear()
-        self.weights.clear()
-        self.truncated = True
-
-    def reshape(self, new_rel: Relation) -> None:
-        """Re-shape the rows gathered so far to ``new_rel``'s columns (by name)."""
-        old_names = self.rel.column_names
-        index = {n: i for i, n in enumerate(old_names)}
-        picks = [index.get(c.name) for c in new_rel.columns]
-        self.rows = [tuple(None if i is None else r[i] for i in picks) for r in self.rows]
-        self.rel = new_rel
-
-
-def _copy(batch: DiffBatch) -> DiffBatch:
-    """Another batch of the same diffs (Arrow arrays are immutable: shared)."""
-    if batch.columns is not None:
-        return DiffBatch.from_columns(batch.columns, batch.column_weights)
-    return DiffBatch(list(batch.rows), list(batch.weights))
-
-
-def _missing_old_row(rel: Relation, what: str) -> ViewError:
-    ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}.get(
-        rel.replica_identity, rel.replica_identity
-    )
-    return ViewError(
-        f"{what} of table {rel.qualified_name} arrived without the full old row (replica "
-        f"identity {ident}); incview needs the old values to retract them. Run "
-        f"{replica_identity_fix(rel.schema, rel.table)}"
-    )
 
 
 # -- snapshots ---------------------------------------------------------------------------------
@@ -265,7 +145,7 @@ def visible_in_snapshot(xid: int, snapshot: PgSnapshot) -> bool:
 # -- the reader --------------------------------------------------------------------------------
 
 
-class CdcReader(SlotSession):
+class CdcReader(SlotSession, PublicationSetup, RowAssembly):
     """A logical slot + publication read as whole transactions.
 
     Example::
@@ -363,171 +243,6 @@ class CdcReader(SlotSession):
             self._restore_publication(had)  # leave the publication as it was
             raise
         return tree
-
-    def _members(self, conn: psycopg.Connection) -> set[tuple[str, str]]:
-        """The tables added to the publication (a partitioned table itself, not its leaves)."""
-        rows = conn.execute(
-            "SELECT n.nspname::text, c.relname::text FROM pg_publication_rel r "
-            "JOIN pg_publication p ON p.oid = r.prpubid "
-            "JOIN pg_class c ON c.oid = r.prrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
-            (self.publication,),
-        ).fetchall()
-        return {(s, t) for s, t in rows}
-
-    def _publication_exists(self) -> bool:
-        row = self.connection().execute(
-            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
-        )
-        return row.fetchone() is not None
-
-    def _restore_publication(self, tables: set[tuple[str, str]] | None) -> None:
-        """Best effort: the publication back to ``tables`` (None: it did not exist)."""
-        conn = self.connection()
-        try:
-            if tables is None:
-                pub = sql.Identifier(self.publication)
-                conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(pub))
-            elif self._members(conn) != tables:
-                self._ensure_publication(conn, sorted(tables), replace=True)
-        except psycopg.Error as e:
-            log.warning("could not restore publication %s: %s", self.publication, e)
-
-    def set_tables(
-        self, tables: Iterable[str | tuple[str, str]], *, adopt_children: bool = False
-    ) -> None:
-        """Make the publication hold exactly ``tables`` (ALTER PUBLICATION ... SET TABLE)."""
-        conn = self.connection()
-        wanted, _ = self._check_tables(conn, tables, adopt_children)
-        self._ensure_publication(conn, wanted, replace=True)
-
-    def _check_tables(
-        self, conn: psycopg.Connection, tables: Iterable[str | tuple[str, str]], adopt: bool
-    ) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
-        wanted: list[tuple[str, str]] = []
-        tree: dict[str, list[str]] = {}
-        for t in tables:
-            schema, table = _split_table(t)
-            publish, below = self._check_table(conn, schema, table, adopt)
-            wanted += publish
-            tree[f"{schema}.{table}"] = below
-        return wanted, tree
-
-    def _check_table(
-        self, conn: psycopg.Connection, schema: str, table: str, adopt: bool
-    ) -> tuple[list[tuple[str, str]], list[str]]:
-        """Check a source table; return the tables to publish for it (the table itself and, for
-        an inheritance parent, its children: a partitioned table's partitions, present and
-        future, are published through it) and the names of the tables below it. Every table
-        holding rows (the table, its leaf partitions, its children) needs REPLICA IDENTITY FULL;
-        ``adopt`` gives it to the partitions and children that lack it."""
-        row = conn.execute(
-            "SELECT c.relkind::text, c.relreplident::text FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-            (schema, table),
-        ).fetchone()
-        name = display_name(schema, table)
-        if row is None:
-            raise ViewError(f"table {name} does not exist; create it before reading its changes")
-        relkind, replident = row
-        if relkind not in ("r", "p"):
-            kinds = {"v": "a view", "m": "a materialized view", "f": "a foreign table"}
-            raise ViewError(
-                f"{name} is {kinds.get(relkind, f'a relation of kind {relkind!r}')}; incview "
-                "reads changes of tables only: define the view over the underlying tables"
-            )
-        if relkind == "r":
-            check_replica_identity(schema, table, replident)
-        below = descendants(conn, schema, table)
-        foreign = [d.qualified_name for d in below if d.relkind not in ("r", "p")]
-        if foreign:
-            raise ViewError(
-                f"table {name} has partitions or children that are not tables ({foreign[0]} is "
-                "a foreign table or the like): their changes cannot be read through logical "
-                "decoding; define the view over the other partitions"
-            )
-        lacking = [d for d in below if d.relkind == "r" and d.replident != "f"]
-        if lacking and adopt:
-            for d in lacking:
-                log.warning(
-                    "%s is below source %s: setting its REPLICA IDENTITY FULL",
-                    d.qualified_name,
-                    name,
-                )
-                conn.execute(replica_identity_fix(d.schema, d.name))
-        elif lacking:
-            names = ", ".join(display_name(d.schema, d.name) for d in lacking)
-            fixes = " ".join(replica_identity_fix(d.schema, d.name) for d in lacking)
-            raise ViewError(
-                f"table {name} has partitions or inheritance children without REPLICA IDENTITY "
-                f"FULL ({names}); incview needs the old values of their updated and deleted "
-                f"rows to retract them. Run: {fixes}"
-            )
-        children = [(d.schema, d.name) for d in below if relkind == "r"]
-        return [(schema, table), *children], [d.qualified_name for d in below]
-
-    def _ensure_publication(
-        self, conn: psycopg.Connection, tables: Sequence[tuple[str, str]], *, replace: bool
-    ) -> None:
-        pub = sql.Identifier(self.publication)
-        tables = list(dict.fromkeys(tables))
-        # ONLY: each table by itself (the children to publish are listed); a partitioned table
-        # publishes its partitions, present and future, under their own names all the same
-        table_list = sql.SQL(", ").join(
-            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in tables
-        )
-        with conn.transaction():
-            info = conn.execute(
-                "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
-                "FROM pg_publication WHERE pubname = %s",
-                (self.publication,),
-            ).fetchone()
-            if info is None:
-                if tables:
-                    conn.execute(
-                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, table_list)
-                    )
-                else:
-                    conn.execute(sql.SQL("CREATE PUBLICATION {}").format(pub))
-                return
-            all_tables, all_actions = info
-            if not all_actions:
-                conn.execute(
-                    sql.SQL(
-                        "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')"
-                    ).format(pub)
-                )
-            if all_tables:
-                return
-            # the members (pg_publication_tables lists a partitioned table's leaves instead)
-            published = self._members(conn)
-            if replace:
-                if published != set(tables):
-                    conn.execute(
-                        sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(pub, table_list)
-                    )
-                return
-            missing = [t for t in tables if t not in published]
-            if missing:
-                conn.execute(
-                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                        pub,
-                        sql.SQL(", ").join(
-                            sql.SQL("ONLY {}").format(sql.Identifier(s, t)) for s, t in missing
-                        ),
-                    )
-                )
-
-    def published_tables(self) -> set[str]:
-        rows = (
-            self.connection()
-            .execute(
-                "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = %s",
-                (self.publication,),
-            )
-            .fetchall()
-        )
-        return {f"{s}.{t}" for s, t in rows}
 
     def slot_exists(self) -> bool:
         row = (
@@ -669,184 +384,7 @@ class CdcReader(SlotSession):
             assembler = ColumnarAssembler(self, spill_after)
             assembler.feed(messages if isinstance(messages, list) else list(messages))
             return assembler.finish()
-        decoder = self.decoder
-        decode = decoder.decode
-        relations = decoder.relations
-        after = self.last_lsn
-        txs: list[Transaction] = []
-        skipped = 0
-        begin: Begin | None = None
-        skipping = False
-        tables: dict[int, _TableChanges] = {}
-        start = 0
-        spill: SpilledChanges | None = None
-        buffered = 0
-        bound = spill_after if spill_after > 0 else -1
-        for i, data in enumerate(messages):
-            kind = data[0]
-            if buffered == bound:
-                spill = self._spill(tables, spill)
-                buffered = 0
-            if skipping:
-                if kind == 82 or kind == 89:  # R, Y: keep the relation cache current
-                    ev = decode(data)
-                    if kind == 82:
-                        self._ancestors.pop(ev.oid, None)
-                elif kind == 67:  # C
-                    skipping = False
-                    begin = None
-                    skipped += i - start + 1
-                continue
-            if kind == 73:  # I
-                ev = decode(data)
-                acc = tables.get(ev.oid)
-                if acc is None:
-                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
-                acc.rows.append(ev.new)
-                acc.weights.append(1)
-                buffered += 1
-            elif kind == 85:  # U
-                ev = decode(data)
-                acc = tables.get(ev.oid)
-                if acc is None:
-                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
-                if ev.old is None or ev.old_is_key:
-                    self._old_row_missing(acc.rel, ev.oid, "an UPDATE")
-                    acc.clear()
-                    continue
-                acc.rows += (ev.old, ev.new)
-                acc.weights += (-1, 1)
-                buffered += 1
-            elif kind == 68:  # D
-                ev = decode(data)
-                acc = tables.get(ev.oid)
-                if acc is None:
-                    acc = tables[ev.oid] = _TableChanges(relations[ev.oid])
-                if ev.old_is_key:
-                    self._old_row_missing(acc.rel, ev.oid, "a DELETE")
-                    acc.clear()
-                    continue
-                acc.rows.append(ev.old)
-                acc.weights.append(-1)
-                buffered += 1
-            elif kind == 66:  # B
-                begin = decode(data)
-                start = i
-                tables = {}
-                spill = None
-                buffered = 0
-                if begin.final_lsn < after:  # returned by an earlier poll
-                    skipping = True
-            elif kind == 67:  # C
-                commit = decode(data)
-                assert isinstance(commit, Commit) and begin is not None
-                held = {
-                    oid: (acc.rel, DiffBatch(acc.rows, acc.weights), acc.truncated)
-                    for oid, acc in tables.items()
-                }
-                tx = self._transaction(begin, commit, held)
-                if spill is not None:
-                    tx.spilled = spill
-                    spill = None
-                    self.spilled_transactions += 1
-                txs.append(tx)
-                buffered = 0
-                begin = None
-            elif kind == 82:  # R
-                rel = decode(data)
-                self._ancestors.pop(rel.oid, None)  # re-read: it may have been attached/detached
-                acc = tables.get(rel.oid)
-                if acc is not None and acc.rel is not rel:
-                    acc.reshape(rel)  # schema change inside the transaction
-            elif kind == 84:  # T
-                ev = decode(data)
-                assert isinstance(ev, Truncate)
-                for oid in ev.oids:
-                    acc = tables.get(oid)
-                    if acc is None:
-                        acc = tables[oid] = _TableChanges(relations[oid])
-                    acc.clear()
-                    if spill is not None:
-                        spill.truncate(acc.rel.qualified_name)
-            else:  # O (origin), Y (type), M (message): nothing to gather
-                decode(data)
-        return txs, skipped
-
-    def _old_row_missing(self, rel: Relation, oid: int, what: str) -> None:
-        """A change arrived without its old row: an error (``_missing_old_row``), unless the
-        table is a partition or inheritance child of another, one created or attached after the
-        views were (the engine gives those REPLICA IDENTITY FULL when it notices them, which may
-        be after their first UPDATE): then the transaction counts as a TRUNCATE of the table
-        (the caller drops its diffs so far and marks it truncated), and the views reading it or
-        its parents re-populate from a snapshot holding it."""
-        parents = self.ancestors_of(oid)
-        if not parents:
-            raise _missing_old_row(rel, what)
-        log.warning(
-            "%s of %s (below %s) arrived without the old row: its views are re-populated",
-            what,
-            rel.qualified_name,
-            ", ".join(parents),
-        )
-
-    def _spill(
-        self, tables: dict[int, _TableChanges], spill: SpilledChanges | None
-    ) -> SpilledChanges:
-        """Move the diffs gathered so far in ``tables`` into ``spill`` (made on first use)."""
-        if spill is None:
-            spill = SpilledChanges()
-        for oid, acc in tables.items():
-            if acc.rows:
-                # also under every table above a partition or child (as ``_transaction`` does);
-                # the chunk keeps its own column names: the views project by name
-                for name in (acc.rel.qualified_name, *self.ancestors_of(oid)):
-                    spill.append(name, acc.rel.column_names, acc.rows, acc.weights)
-                acc.rows, acc.weights = [], []
-                self.spilled_chunks += 1
-        return spill
-
-    def _transaction(
-        self,
-        begin: Begin,
-        commit: Commit,
-        tables: dict[int, tuple[Relation, DiffBatch, bool]],
-    ) -> Transaction:
-        """The transaction of ``tables``: per relation oid its shape at the end, its diffs
-        (rows or Arrow columns) and whether it was truncated."""
-        tx = Transaction(begin.xid, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
-        for rel, batch, truncated in tables.values():
-            name = rel.qualified_name
-            have = tx.changes.get(name)
-            if have is None:
-                tx.changes[name] = batch
-            else:  # the same name under two oids (table dropped and re-created)
-                tx.changes[name] = DiffBatch.concat([have, batch])
-            tx.relations[name] = rel
-            if truncated:
-                tx.truncated.add(name)
-        # a partition's or inheritance child's changes are also changes of every table above it
-        # (``SELECT ... FROM parent`` reads them): reported under each ancestor's name too, rows
-        # as the first such table's relation has them (by column name; a child's extra columns
-        # another child lacks are None: no view of the parent reads them)
-        for oid, (rel, batch, truncated) in tables.items():
-            for parent in self.ancestors_of(oid):
-                have = tx.changes.get(parent)
-                if have is None:
-                    tx.changes[parent] = _copy(batch)
-                    tx.relations[parent] = rel
-                else:
-                    shape = tx.relations[parent]
-                    if shape.column_names != rel.column_names:
-                        index = {n: i for i, n in enumerate(rel.column_names)}
-                        picks = [index.get(n) for n in shape.column_names]
-                        rows = [
-                            tuple(None if i is None else r[i] for i in picks) for r in batch.rows
-                        ]
-                        batch = DiffBatch(rows, list(batch.weights))
-                    tx.changes[parent] = DiffBatch.concat([have, batch])
-                if truncated:
-                    tx.truncated.add(parent)
-        return tx
+        return self._assemble_rows(messages, spill_after)
 
     def ancestors_of(self, oid: int) -> list[str]:
         """The tables relation ``oid`` is a partition or inheritance child of (all depths), from
