@@ -24,7 +24,7 @@ from engine.sql.types import BOOLEAN
 
 def exists_mark(builder, node: exp.Exists, plan: LogicalPlan) -> tuple[LogicalPlan, exp.Expression]:
     """``plan`` LEFT JOIN the marked keys of ``node``'s subquery, and the EXISTS' value."""
-    from engine.sql.plan_builder import and_all, conjuncts, qualifiers
+    from engine.sql.plan_expressions import and_all, conjuncts, qualifiers
 
     right, cond = builder.exists_subquery(node, plan)
     if cond is None:

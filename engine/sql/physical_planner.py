@@ -58,7 +58,7 @@ from engine.sql.expression_compiler import ColumnRef, compile_expressions, compi
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
-from engine.sql.plan_builder import and_all, conjuncts
+from engine.sql.plan_expressions import and_all, conjuncts
 from engine.sql.population_aggregate import aggregate_query
 from engine.sql.types import SqlType, TypeKind
 from engine.sql.vector_expressions import (

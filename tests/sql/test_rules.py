@@ -35,7 +35,8 @@ from engine.sql.catalog import DictCatalog
 from engine.sql.expression_compiler import ColumnRef, compile_predicate
 from engine.sql.logical_plan import LogicalPlan, format_plan
 from engine.sql.physical_planner import plan_physical
-from engine.sql.plan_builder import and_all, build_plan
+from engine.sql.plan_builder import build_plan
+from engine.sql.plan_expressions import and_all
 from engine.sql.planner import explain
 from engine.sql.rules import RULES, optimize
 

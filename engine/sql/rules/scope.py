@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field, LogicalPlan
-from engine.sql.plan_builder import and_all, conjuncts
+from engine.sql.plan_expressions import and_all, conjuncts
 
 __all__ = [
     "FieldKey",
