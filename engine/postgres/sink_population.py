@@ -74,6 +74,7 @@ class SinkPopulation:
         with conn.transaction(), conn.cursor() as cur:
             self._lock_view(cur)
             if retract:
+                self._local_settings(cur)
                 deleted = -sum(retract.values())
                 # strict regardless of self.strict: a population may not retract missing rows
                 strict, self.strict = self.strict, True
