@@ -19,13 +19,12 @@ from sqlglot import exp
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.parse import unsupported
+from engine.sql.plan_expressions import and_all, conjuncts, qualifiers
 from engine.sql.types import BOOLEAN
 
 
 def exists_mark(builder, node: exp.Exists, plan: LogicalPlan) -> tuple[LogicalPlan, exp.Expression]:
     """``plan`` LEFT JOIN the marked keys of ``node``'s subquery, and the EXISTS' value."""
-    from engine.sql.plan_expressions import and_all, conjuncts, qualifiers
-
     right, cond = builder.exists_subquery(node, plan)
     if cond is None:
         return builder.uncorrelated_exists(right, plan)
