@@ -28,7 +28,6 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import NamedTuple
 
 import numpy as np
 import psycopg
@@ -42,6 +41,7 @@ from engine.postgres import sink_transaction as tx
 from engine.postgres.arrays import array_literal
 from engine.postgres.copy_binary import CopyValueError
 from engine.postgres.diff_copy import DiffCopy
+from engine.postgres.diff_weights import DiffWeights
 from engine.postgres.sink_population import SinkPopulation
 from engine.postgres.sink_row_path import DIFFS, SinkRowPath
 from engine.postgres.sink_sql import SESSION_DIFFS, SinkStatements
@@ -168,23 +168,6 @@ def staging_name(table: str) -> str:
     return f"{head}_{digest}{STAGING_SUFFIX}"
 
 
-class _Weights(NamedTuple):
-    """A columnar time's weights: all, the positions of retractions and of insertions, and how
-    many rows each side deletes and inserts."""
-
-    w: np.ndarray
-    gone: np.ndarray
-    new: np.ndarray
-    n_del: int
-    n_ins: int
-
-    @classmethod
-    def of(cls, diffs: DiffBatch) -> _Weights:
-        w = np.asarray(diffs.column_weights, dtype=np.int64)
-        gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
-        return cls(w, gone, new, int(-w[gone].sum()), int(w[new].sum()))
-
-
 class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
     """Writes one view's diffs into ``schema.table`` over a dedicated autocommit connection.
 
@@ -242,7 +225,10 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
             (i, n, t) for i, (n, t) in enumerate(columns) if t.kind in _NARROW_INTS
         ]
         self._target = sql.Identifier(schema, table)
-        self._target_text = self._target.as_string(conn)
+        # BEGIN and the locking read that open every time, rendered once
+        self._opening = sql.SQL(
+            tx.opening_statement(view, self._target.as_string(conn)).as_string(conn)
+        )
         #: the planner's row count of the result table, read when a time's transaction opened
         self._target_rows: float | None = None
         self._staging = sql.Identifier(schema, staging_name(table))
@@ -388,16 +374,16 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
         else:
             if consolidate:
                 diffs = diffs.consolidate()
+            if not len(diffs) and self._checked:
+                return self._record_unchanged(lsn, start, commit_time)
             what = f"applying {len(diffs)} diffs"
             if self._diff_copy is None:
                 write = self._write_rows
             else:
-                weights = _Weights.of(diffs)
+                weights = DiffWeights.of(diffs)
                 write = functools.partial(self._write_columns, weights=weights)
                 if weights.n_del:  # the SET LOCALs go with the diff table's statement
                     opening = self._diff_table_sql(settings=True)
-            if not len(diffs) and self._checked:
-                return self._record_unchanged(lsn, start, commit_time)
         with (
             self._failures(f"{what} at LSN {lsn:X}"),
             self.conn.cursor() as cur,
@@ -428,7 +414,7 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
                 raise self._unregistered()
         return False
 
-    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch, weights: _Weights) -> int:
+    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch, weights: DiffWeights) -> int:
         """A time's diffs by binary COPY from their columns: retractions (and a few insertions
         riding along) into the diff table (``apply`` emptied it) and one DELETE, insertions
         straight into the result table; returns the rows deleted + inserted."""
@@ -490,9 +476,7 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
         table's planner row count for ``_delete_tmp``. Checks once that the result table exists.
         """
         try:
-            registered, applied, self._target_rows = tx.open_time(
-                cur, self.view, self._target_text, then
-            )
+            registered, applied, self._target_rows = tx.open_time(cur, self._opening, then)
         except psycopg.errors.UndefinedTable:
             raise self._no_catalog() from None
         if not registered:
@@ -528,16 +512,15 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
         assert self._diff_copy is not None
         n_del = n_ins = 0
         for chunk in diffs.chunks():
-            w = np.asarray(chunk.weights, dtype=np.int64)
-            gone, new = np.flatnonzero(w < 0), np.flatnonzero(w > 0)
+            w, gone, new, chunk_del, chunk_ins = DiffWeights.of(chunk)
             columns = self._diff_copy.columns(chunk)
             if len(gone):
                 if not n_del:
                     self._diff_table(cur)
-                n_del -= int(w[gone].sum())
+                n_del += chunk_del
                 self._copy_columns(cur, columns, gone, w[gone], into_diffs=True)
             if len(new):
-                n_ins += int(w[new].sum())
+                n_ins += chunk_ins
                 self._copy_columns(cur, columns, new, w[new], into_diffs=False)
         return n_del, n_ins
 
@@ -564,14 +547,10 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
 
     @staticmethod
     def _estimated_rows(cur: psycopg.Cursor, table: sql.Composable) -> float:
-        """The planner's row count of ``table`` (``pg_class.reltuples``); infinite when unknown
-        (never vacuumed nor analyzed: then it is a table the index lookups suit)."""
-        row = cur.execute(
-            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table.as_string(cur),)
-        ).fetchone()
-        if row is None or row[0] is None or row[0] < 0:
-            return float("inf")
-        return float(row[0])
+        """The planner's row count of ``table`` (``sink_transaction.table_rows_sql``)."""
+        query = sql.SQL("SELECT {}").format(tx.table_rows_sql(table.as_string(cur)))
+        row = cur.execute(query).fetchone()
+        return tx.as_rows(row[0] if row else None)
 
     def _delete_tmp(
         self,

@@ -20,6 +20,7 @@ from psycopg import sql
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.spilled_output import SpilledOutput
 from engine.errors import ViewError
+from engine.postgres.diff_weights import DiffWeights
 from engine.postgres.sink_row_path import DIFFS
 from engine.postgres.view_catalog import ViewCatalog
 from engine.sql.types import INT_RANGES
@@ -137,12 +138,11 @@ class SinkPopulation:
         ``retract``. Returns the rows inserted."""
         inserted = 0
         for chunk in _chunks(batches):
-            w = np.asarray(chunk.column_weights, dtype=np.int64)
-            new, gone = np.flatnonzero(w > 0), np.flatnonzero(w < 0)
+            w, gone, new, _, n_ins = DiffWeights.of(chunk)
             if len(new):
                 columns = self._diff_copy.columns(chunk)
                 self._copy_columns(cur, columns, new, w[new], into_diffs=False, table=self._staging)
-                inserted += int(w[new].sum())
+                inserted += n_ins
             if len(gone):
                 for row, wt in zip(_rows_at(chunk, gone), w[gone].tolist(), strict=True):
                     retract[row] = retract.get(row, 0) + wt

@@ -8,7 +8,8 @@ the next one share a round trip here (sent as one simple query: no parameters, t
 literals):
 
 * ``open_time``: ``BEGIN``, the locking read of the view's applied LSN with the result table's
-  ``reltuples``, and what the time sends first (its settings, its diff table's statement);
+  ``reltuples`` (``opening_statement``, made once per sink), and what the time sends first (its
+  settings, its diff table's statement);
 * ``commit_time``: the catalog row's update and ``COMMIT``;
 * ``record_if_behind``: a time without diffs is one autocommit ``UPDATE`` of the catalog row,
   guarded by its LSN (the row lock is the update's own);
@@ -27,31 +28,44 @@ import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from engine.postgres.view_catalog import ViewCatalog, int_to_lsn, lsn_to_int
+from engine.postgres.view_catalog import ViewCatalog, lsn_to_int
 
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
 
 
-def open_time(
-    cur: psycopg.Cursor, view: str, target: str, then: sql.Composable | None
-) -> tuple[bool, int | None, float]:
-    """``BEGIN``, lock ``view``'s catalog row and send ``then``, in one round trip. Returns
-    (whether the row exists, its applied LSN, the planner's row count of the table ``target``:
-    infinite when unknown, i.e. never vacuumed nor analyzed)."""
-    rows = sql.SQL(
+def table_rows_sql(table: str) -> sql.Composed:
+    """The planner's row count of ``table`` (``pg_class.reltuples``, NULL when unknown: never
+    vacuumed nor analyzed), as a scalar subquery; ``as_rows`` reads its value."""
+    return sql.SQL(
         "(SELECT CASE WHEN reltuples < 0 THEN NULL ELSE reltuples END "
         "FROM pg_catalog.pg_class WHERE oid = to_regclass({}))"
-    ).format(sql.Literal(target))
-    parts = [sql.SQL("BEGIN"), ViewCatalog.applied_lsn_query(view, lock=True, also=rows)]
-    if then is not None:
-        parts.append(then)
-    cur.execute(sql.SQL("; ").join(parts), prepare=False)
+    ).format(sql.Literal(table))
+
+
+def as_rows(value: float | None) -> float:
+    """``table_rows_sql``'s value as a row count: infinite when unknown (then the table is one
+    that index lookups suit)."""
+    return float("inf") if value is None else float(value)
+
+
+def opening_statement(view: str, target: str) -> sql.Composed:
+    """``BEGIN`` and the locking read of ``view``'s applied LSN with ``target``'s planner row
+    count: the start of every time of a sink (made once per sink)."""
+    read = ViewCatalog.applied_lsn_query(view, lock=True, also=table_rows_sql(target))
+    return sql.SQL("BEGIN; ") + read
+
+
+def open_time(
+    cur: psycopg.Cursor, opening: sql.Composable, then: sql.Composable | None
+) -> tuple[bool, int | None, float]:
+    """Send ``opening`` (``opening_statement``) and ``then`` in one round trip. Returns (whether
+    the view's row exists, its applied LSN, the result table's planner row count)."""
+    cur.execute(opening if then is None else sql.SQL("; ").join([opening, then]), prepare=False)
     cur.nextset()  # past BEGIN's result, to the locking read's
     row = cur.fetchone()
     if row is None:
         return False, None, float("inf")
-    lsn = lsn_to_int(row[0]) if row[0] is not None else None
-    return True, lsn, float("inf") if row[1] is None else float(row[1])
+    return True, lsn_to_int(row[0]) if row[0] is not None else None, as_rows(row[1])
 
 
 def commit_time(
@@ -69,10 +83,8 @@ def record_if_behind(
     """Outside a transaction: record ``lsn`` for a time that wrote nothing, unless the view's row
     already holds ``lsn`` or a later one; whether it was recorded. An unregistered view records
     nothing either (the caller tells the two apart)."""
-    guard = sql.SQL(" AND (last_lsn IS NULL OR last_lsn < {}::pg_lsn)").format(
-        sql.Literal(int_to_lsn(lsn))
-    )
-    cur.execute(ViewCatalog.applied_statement(view, lsn, 0, ms, when) + guard, prepare=False)
+    statement = ViewCatalog.applied_statement(view, lsn, 0, ms, when, only_if_behind=True)
+    cur.execute(statement, prepare=False)
     return cur.rowcount == 1
 
 

@@ -444,16 +444,23 @@ class ViewCatalog:
 
     @staticmethod
     def applied_statement(
-        name: str, lsn: int, rows: int, ms: float, commit_time: datetime | None
+        name: str,
+        lsn: int,
+        rows: int,
+        ms: float,
+        commit_time: datetime | None,
+        *,
+        only_if_behind: bool = False,
     ) -> sql.Composed:
         """``record_applied``'s statement with its values in it (no parameters), so that it can
-        share a round trip with others (the sink sends its ``COMMIT`` along)."""
+        share a round trip with others (the sink sends its ``COMMIT`` along). ``only_if_behind``:
+        it changes nothing where the row already holds ``lsn`` or a later one."""
         at = sql.Literal(int_to_lsn(lsn))
         return sql.SQL(
             "UPDATE {}.views SET last_lsn = {}::pg_lsn, last_batch_rows = {}, last_batch_ms = {}, "
             "last_commit_time = coalesce({}::timestamptz, last_commit_time), "
             "last_change_lsn = CASE WHEN {} > 0 THEN {}::pg_lsn ELSE last_change_lsn END "
-            "WHERE name = {}"
+            "WHERE name = {}{}"
         ).format(
             sql.Identifier(SCHEMA),
             at,
@@ -463,6 +470,9 @@ class ViewCatalog:
             sql.Literal(rows),
             at,
             sql.Literal(name),
+            sql.SQL(" AND (last_lsn IS NULL OR last_lsn < {}::pg_lsn)").format(at)
+            if only_if_behind
+            else sql.SQL(""),
         )
 
     @staticmethod
