@@ -8,6 +8,10 @@ table) take their columnar forms. Only where the values surely fit ``decimal128(
 
 * ``sum`` of an integer column (scale 0) or of a ``numeric(p, s)`` column with p <= 28 (a sum past
   38 digits would need 10^10 rows at the largest values);
+* ``sum`` of any argument of a known scale s (a column, or an expression such as TPC-H's
+  ``l_extendedprice * (1 - l_discount)``) when ``ColumnarReduceCollection`` computes the
+  aggregate: its sums are 128-bit integers, output as ``decimal128(38, s)`` columns (a sum past
+  128 bits fails the time there whatever the type says);
 * ``min``/``max`` of a column whose own values have an Arrow type;
 * a group key that is a bare column: that column's type.
 
@@ -25,6 +29,7 @@ from engine.dataflow.columnar.arrow_types import arrow_type
 from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.calls import aggregate_call
+from engine.sql.reduce_inputs import reduce_inputs
 from engine.sql.rules.scope import is_bare_column, resolve
 from engine.sql.types import SqlType, TypeKind
 
@@ -38,6 +43,7 @@ def aggregate_arrow_types(
     """Per output field of ``plan``, an Arrow type holding its values exactly, or None;
     ``input_types``: the same for the aggregate's input fields."""
     inner = plan.input.fields
+    sums = _columnar_sum_types(plan)
     out: list[pa.DataType | None] = []
     for i, f in enumerate(plan.fields):
         declared = arrow_type(f.type) if isinstance(f.type, SqlType) else None
@@ -47,11 +53,24 @@ def aggregate_arrow_types(
         if i < len(plan.group_by):
             out.append(_column_arrow_type(plan.group_by[i], inner, input_types))
         else:
-            out.append(
-                _aggregate_arrow_type(
-                    plan.aggregates[i - len(plan.group_by)], f, inner, input_types
-                )
-            )
+            k = i - len(plan.group_by)
+            out.append(sums[k] or _aggregate_arrow_type(plan.aggregates[k], f, inner, input_types))
+    return out
+
+
+def _columnar_sum_types(plan: lp.Aggregate) -> list[pa.DataType | None]:
+    """Per aggregate of ``plan``, the Arrow type of its values if it is a sum of a numeric of
+    one scale that ``ColumnarReduceCollection`` computes (``decimal128(38, s)``), else None."""
+    try:
+        inputs = reduce_inputs(plan)
+    except UnsupportedSQL:  # the planner reports it where it builds the aggregate
+        return [None] * len(plan.aggregates)
+    if not inputs.columnar:
+        return [None] * len(plan.aggregates)
+    out: list[pa.DataType | None] = []
+    for spec in inputs.specs:
+        t = inputs.arrow[spec.arg] if spec.kind == "sum" and spec.arg is not None else None
+        out.append(pa.decimal128(38, t.scale) if t is not None and pa.types.is_decimal(t) else None)
     return out
 
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from sqlglot import exp
 
-from engine.dataflow.aggregates import Aggregate as AggregateSpec
 from engine.dataflow.collections.anti_join import AntiJoinCollection
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
 from engine.dataflow.collections.columnar_distinct import supports as supports_columnar_distinct
@@ -28,7 +27,6 @@ from engine.dataflow.collections.columnar_join import ColumnarInnerJoinCollectio
 from engine.dataflow.collections.columnar_join import supports as supports_columnar_join
 from engine.dataflow.collections.columnar_outer_join import ColumnarOuterJoinCollection
 from engine.dataflow.collections.columnar_reduce import ColumnarReduceCollection
-from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.collections.columnar_semi_join import ColumnarSemiJoinCollection
 from engine.dataflow.collections.columnar_top_k import ColumnarTopKCollection
 from engine.dataflow.collections.columnar_top_k import supports as supports_columnar_top_k
@@ -54,12 +52,13 @@ from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.aggregate_value_types import aggregate_arrow_types
 from engine.sql.calls import aggregate_call, window_call
-from engine.sql.expression_compiler import ColumnRef, compile_expressions, compile_predicate
+from engine.sql.expression_compiler import compile_expressions, compile_predicate
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_expressions import and_all, conjuncts
 from engine.sql.population_aggregate import aggregate_query
+from engine.sql.reduce_inputs import column_refs, field_type, reduce_inputs
 from engine.sql.types import SqlType, TypeKind
 from engine.sql.vector_expressions import (
     ExtendColumns,
@@ -94,15 +93,6 @@ def plan_physical(plan: LogicalPlan, store: StateStore | None) -> PhysicalPlan:
     return PhysicalPlan(
         planner.df, {k: tuple(v) for k, v in planner.input_columns.items()}, plan.fields
     )
-
-
-def _refs(fields: tuple[Field, ...]) -> list[ColumnRef]:
-    return [ColumnRef(f.name, f.qualifier, f.type, f.nullable) for f in fields]
-
-
-def _column_type(e: exp.Column, fields: tuple[Field, ...]):
-    i = column_index(e, fields)
-    return fields[i].type if i is not None else None
 
 
 def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
@@ -146,7 +136,7 @@ def value_arrow_types(plan: LogicalPlan) -> list[pa.DataType | None]:
         if t.kind is not TypeKind.NUMERIC:
             out.append(arrow_type(t))
             continue
-        scale = value_scale(e, lambda c: _column_type(c, inner))
+        scale = value_scale(e, lambda c: field_type(c, inner))
         declared = (t.scale or 0) if t.precision is not None else scale
         out.append(arrow_type(t, scale) if scale is not None and scale == declared else None)
     return out
@@ -172,9 +162,9 @@ def _computed_arrow_types(
     extra = [e for e in exprs if column_index(e, fields) is None]
     if not extra:
         return []
-    types = compile_expressions(extra, _refs(fields)).types
+    types = compile_expressions(extra, column_refs(fields)).types
     return [
-        arrow_type(t, value_scale(e, lambda c: _column_type(c, fields)))
+        arrow_type(t, value_scale(e, lambda c: field_type(c, fields)))
         if isinstance(t, SqlType)
         else None
         for e, t in zip(extra, types, strict=True)
@@ -256,7 +246,7 @@ class _PhysicalPlanner:
     def map(
         self, up: Node, exprs: list[exp.Expression], fields: tuple[Field, ...], what: str
     ) -> Node:
-        refs = _refs(fields)
+        refs = column_refs(fields)
         compiled = compile_expressions(exprs, refs)
         vector = vectorize_expressions(exprs, refs)
         return self.df.add(MapCollection(compiled.fn, what, *vector), up)
@@ -276,7 +266,7 @@ class _PhysicalPlanner:
         if not keys:
             return
         exprs = [k.expr for k in keys]
-        for e, t in zip(exprs, compile_expressions(exprs, _refs(fields)).types, strict=True):
+        for e, t in zip(exprs, compile_expressions(exprs, column_refs(fields)).types, strict=True):
             if not t.ordered:
                 raise UnsupportedSQL(
                     f"ORDER BY {e.sql(dialect='postgres')} in {what}: incview cannot order "
@@ -301,9 +291,9 @@ class _PhysicalPlanner:
                 positions.append(i)
         if not extra:
             return up, positions, 0
-        extra_fn = compile_expressions(extra, _refs(fields)).fn
+        extra_fn = compile_expressions(extra, column_refs(fields)).fn
         fn = lambda rows: [r + x for r, x in zip(rows, extra_fn(rows), strict=True)]  # noqa: E731
-        program, per_row = vectorize_expressions(extra, _refs(fields))
+        program, per_row = vectorize_expressions(extra, column_refs(fields))
         vector = ExtendColumns(program) if program is not None else None
         return self.df.add(MapCollection(fn, what, vector, per_row), up), positions, len(extra)
 
@@ -333,7 +323,7 @@ class _PhysicalPlanner:
     # -- stateless ------------------------------------------------------------------------------
     def p_Filter(self, plan: lp.Filter) -> Node:
         up = self.node(plan.input)
-        refs = _refs(plan.input.fields)
+        refs = column_refs(plan.input.fields)
         fn, _ = compile_predicate(plan.predicate, refs)
         vector = vectorize_predicate(plan.predicate, refs)
         what = plan.predicate.sql(dialect="postgres")
@@ -377,7 +367,7 @@ class _PhysicalPlanner:
                 + rf
                 + _helper_fields(rwidth - len(rf), "__rk")
             )
-            residual, _ = compile_predicate(and_all(rest), _refs(fields))
+            residual, _ = compile_predicate(and_all(rest), column_refs(fields))
         desc = plan.label()
         kind = plan.kind
         if kind == "inner":
@@ -441,52 +431,23 @@ class _PhysicalPlanner:
     def p_Aggregate(self, plan: lp.Aggregate) -> Node:
         fields = plan.input.fields
         up = self.node(plan.input)
-        cols: list[exp.Expression] = list(plan.group_by)
-        specs: list[AggregateSpec] = []
-
-        def slot(e: exp.Expression) -> int:
-            key = e.sql()
-            for i, c in enumerate(cols):
-                if c.sql() == key:
-                    return i
-            cols.append(e)
-            return len(cols) - 1
-
         for a in plan.aggregates:
             call = aggregate_call(a)
             self.require_order(fields, call.order_by, f"aggregate {call.kind}")
-            arg = slot(call.arg) if call.arg is not None else None
-            filt = slot(call.filter) if call.filter is not None else None
-            order = tuple(slot(k.expr) for k in call.order_by)
-            specs.append(
-                AggregateSpec(
-                    call.kind,
-                    arg,
-                    filt,
-                    call.separator,
-                    order,
-                    tuple(k.descending for k in call.order_by),
-                    tuple(k.nulls_first for k in call.order_by),
-                )
-            )
-        group = list(range(len(plan.group_by)))
-        if not cols:
-            return self.df.add(ReduceCollection(group, specs), up)
-        compiled = compile_expressions(cols, _refs(fields))
-        vector = vectorize_expressions(cols, _refs(fields))
+        inputs = reduce_inputs(plan)
+        group = list(range(inputs.groups))
+        if not inputs.columns:
+            return self.df.add(ReduceCollection(group, inputs.specs), up)
+        vector = vectorize_expressions(inputs.columns, column_refs(fields))
         what = "group keys and aggregate arguments"
-        up = self.df.add(MapCollection(compiled.fn, what, *vector), up)
-        arrow = [  # group keys need one representation per value: numerics of a declared type
-            arrow_type(
-                t, None if i < len(group) else value_scale(e, lambda c: _column_type(c, fields))
+        up = self.df.add(MapCollection(inputs.compiled.fn, what, *vector), up)
+        if inputs.columnar:
+            reduce = ColumnarReduceCollection(group, inputs.specs, inputs.arrow)
+            reduce.population_query = aggregate_query(
+                plan, inputs.columns, inputs.specs, inputs.groups
             )
-            for i, (e, t) in enumerate(zip(cols, compiled.types, strict=True))
-        ]
-        if supports_columnar_reduce(arrow[: len(group)], specs, arrow):
-            reduce = ColumnarReduceCollection(group, specs, arrow)
-            reduce.population_query = aggregate_query(plan, cols, specs, len(group))
             return self.df.add(reduce, up)
-        return self.df.add(ReduceCollection(group, specs), up)
+        return self.df.add(ReduceCollection(group, inputs.specs), up)
 
     def p_Distinct(self, plan: lp.Distinct) -> Node:
         return self.df.add(_distinct(value_arrow_types(plan.input)), self.node(plan.input))
@@ -555,7 +516,7 @@ class _PhysicalPlanner:
                 if not isinstance(c.default, (exp.Literal, exp.Null, exp.Neg)):
                     raise unsupported(c.default, "lag/lead defaults must be constants")
                 # Postgres coerces the default to the argument's type: lead(amount, 1, 0) is numeric
-                arg_type = compile_expressions([c.arg], _refs(fields)).types[0]
+                arg_type = compile_expressions([c.arg], column_refs(fields)).types[0]
                 typed = exp.Cast(this=c.default.copy(), to=exp.DataType.build(arg_type.sql()))
                 default = compile_expressions([typed], []).fn([()])[0][0]
             funcs.append(

@@ -34,9 +34,12 @@ CATALOG = DictCatalog(
         ("sum(i4)", pa.int64()),  # int sums are bigint
         ("min(n)", pa.decimal128(12, 3)),
         ("max(s) FILTER (WHERE i4 > 0)", pa.string()),
-        ("sum(wide)", None),  # 30 digits: a sum could pass decimal128's 38
+        # the columnar reduce's sums are 128-bit: of any argument whose values have one scale
+        ("sum(wide)", pa.decimal128(38, 2)),
+        ("sum(n * 2)", pa.decimal128(38, 3)),  # a computed argument: scale 3
+        ("sum(n * n)", pa.decimal128(38, 6)),
         ("sum(free)", None),  # no declared scale
-        ("sum(n * 2)", None),  # a computed argument
+        ("sum(n / 2)", None),  # each quotient its own scale
         ("avg(n)", None),  # each quotient its own scale
         ("count(*)", pa.int64()),
         ("sum(f)", pa.float64()),
@@ -56,3 +59,19 @@ def test_types_pass_through_joins_and_derived_tables():
     )
     plan = optimize(build_plan(sql, CATALOG).plan)
     assert value_arrow_types(plan) == [pa.int64(), pa.decimal128(38, 3), pa.string()]
+
+
+@pytest.mark.parametrize(
+    ("select", "expected"),
+    [
+        ("sum(wide)", None),  # 30 digits: a sum could pass decimal128's 38
+        ("sum(n * 2)", None),  # a computed argument
+        ("sum(n)", pa.decimal128(38, 3)),  # numeric(12,3): 10^10 rows to pass 38 digits
+    ],
+)
+def test_aggregate_output_types_of_the_row_reduce(select, expected):
+    """Beside string_agg (which the columnar reduce does not compute) the sums are the row
+    reduce's Decimals, of any size: only a declared precision bounds them."""
+    sql = f"SELECT g, {select} AS x, string_agg(s, ',') AS y FROM t GROUP BY g"
+    plan = optimize(build_plan(sql, CATALOG).plan)
+    assert value_arrow_types(plan)[1] == expected

@@ -83,8 +83,14 @@ TOP_K_COLUMNAR = [
     "SELECT * FROM (SELECT o.id, c.region, o.amount * o.qty AS total, row_number() OVER "
     "(PARTITION BY c.region ORDER BY o.amount * o.qty DESC NULLS LAST, o.id) AS rn "
     "FROM orders o JOIN customers c ON c.id = o.customer_id) t WHERE rn <= 2",
+    # TPC-H Q3/Q10-shaped: the order by a columnar reduce's sum of a computed numeric
+    "SELECT customer_id, sum(amount * (1 - 0.05)) AS revenue FROM orders GROUP BY customer_id "
+    "ORDER BY revenue DESC, customer_id LIMIT 3",
 ]
 TOP_K_ROW = [
+    # the same beside string_agg: the row reduce's sums are Decimals of any size
+    "SELECT customer_id, sum(amount * (1 - 0.05)) AS revenue, string_agg(status, ',') AS s "
+    "FROM orders GROUP BY customer_id ORDER BY revenue DESC, customer_id LIMIT 3",
     "SELECT id, status FROM (SELECT id, status, rank() OVER "
     "(PARTITION BY status ORDER BY qty DESC) AS r FROM orders) x WHERE r <= 2",  # rank
     "SELECT id, at FROM events ORDER BY at, id LIMIT 3",  # timestamptz

@@ -545,6 +545,13 @@ QUERIES = [
         "ORDER BY total DESC NULLS LAST, customer_id NULLS FIRST LIMIT 3",
         id="limit-over-aggregate",
     ),
+    Q(  # TPC-H Q3-shaped: a columnar reduce's sum of a computed numeric (scale 4) orders the
+        # columnar top-k
+        "SELECT customer_id, sum(amount * (1 - discount::numeric(4,2))) AS revenue, "
+        "count(*) AS n FROM orders GROUP BY customer_id "
+        "ORDER BY revenue DESC NULLS LAST, customer_id LIMIT 4",
+        id="limit-over-sum-of-expression",
+    ),
     Q(  # sums, minima and maxima of numeric columns have one scale: the columnar top-k and join
         "SELECT t.customer_id, t.total, t.lo, t.hi, c.name FROM (SELECT customer_id, "
         "sum(amount) AS total, min(amount) AS lo, max(amount) FILTER (WHERE qty > 2) AS hi "
