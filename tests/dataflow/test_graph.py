@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from decimal import Decimal
 
@@ -100,6 +101,22 @@ def test_sink_consolidates_in_a_spill_store_past_its_memory_limit(state_dir):
     for i in range(1000):
         expected[(i % 300,)] = expected.get((i % 300,), 0) + 1
     assert out.counts() == expected
+
+
+def test_a_sink_without_a_state_store_removes_its_scratch_directory():
+    """Without a state store the spill goes to a temporary directory, removed with the sink."""
+    sink = ConsolidateCollection(spill_rows=100)
+    sink.open(None)
+    sink.on_diffs(0, DiffBatch.inserts([(i,) for i in range(500)]))
+    out = sink.on_time_end(1)
+    assert isinstance(out, SpilledOutput)
+    assert sorted(r for c in out.chunks() for r, _ in c) == [(i,) for i in range(500)]
+    out.close()
+    scratch = sink._spill_dir
+    assert scratch is not None and scratch.is_dir()
+    del sink, out
+    gc.collect()
+    assert not scratch.exists()
 
 
 def test_a_spilled_output_is_read_in_chunks_of_the_limit(state_dir):

@@ -9,7 +9,8 @@ to a scratch RocksDB under the view's state directory (seed 003: a 50 GB transac
 need 50 GB of RAM). Such a time's output stays there: it is returned as a ``SpilledOutput``
 that the sink reads ``spill_rows`` at a time. Rows whose weights cancel out are
 never emitted, so the sink writes only real changes. Holds no durable state: leftover scratch
-stores (a crash) are deleted when the collection opens.
+stores (a crash) are deleted when the collection opens; without a state store the scratch lives
+in a temporary directory removed with the collection.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import tempfile
+import weakref
 from itertools import islice
 from pathlib import Path
 
@@ -110,8 +112,9 @@ class ConsolidateCollection(Collection):
                 self._spill_out()
 
     def _scratch_dir(self) -> Path:
-        if self._spill_dir is None:
+        if self._spill_dir is None:  # no state store: a temporary directory, gone with us
             self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
+            weakref.finalize(self, shutil.rmtree, self._spill_dir, ignore_errors=True)
         self._spill_dir.mkdir(parents=True, exist_ok=True)
         return self._spill_dir
 
