@@ -105,6 +105,7 @@ class SpilledColumns(SpilledOutput):
         self._spill: ColumnSpill | None = spill
         self._count = sum(spill.rows)
         self.chunk_rows = max(int(chunk_rows), 1)
+        self.keep_alive = None
 
     def chunks(self) -> Iterator[DiffBatch]:
         """The diffs, partition by partition, at most ``chunk_rows`` per batch (no row twice)."""

@@ -21,7 +21,7 @@ from engine.dataflow.state.store import ScratchTable
 class SpilledOutput(DiffBatch):
     """``count`` consolidated diffs held in ``scratch`` (pickled ``(row, weight)`` values)."""
 
-    __slots__ = ("_scratch", "_count", "chunk_rows")
+    __slots__ = ("_scratch", "_count", "chunk_rows", "keep_alive")
 
     def __init__(self, scratch: ScratchTable, count: int, chunk_rows: int) -> None:
         super().__init__()
@@ -29,6 +29,8 @@ class SpilledOutput(DiffBatch):
         self._scratch: ScratchTable | None = scratch
         self._count = count
         self.chunk_rows = max(int(chunk_rows), 1)
+        #: what must live as long as the output (the temporary directory it is held in)
+        self.keep_alive: object = None
 
     def chunks(self) -> Iterator[DiffBatch]:
         """The diffs, at most ``chunk_rows`` per batch, in key order (no row twice)."""

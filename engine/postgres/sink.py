@@ -9,8 +9,8 @@ table's row-hash index, matched with ``IS NOT DISTINCT FROM`` and picked by ``ct
 follows the diffs, not the table), COPYs ``w`` copies of every row with a positive weight
 straight into the result table, and records the LSN, so results and LSN commit together; its
 statements share round trips where they can (``sink_transaction``). The COPY data is encoded
-from Arrow columns with no Python per row (``diff_copy``, ``copy_binary``; tuple batches are
-converted once); a time whose output the dataflow spilled to disk, a ``SpilledOutput``, is
+from Arrow columns with no Python per row (``sink_column_path``, ``diff_copy``, ``copy_binary``;
+tuple batches are converted once); a time whose output the dataflow spilled to disk, a ``SpilledOutput``, is
 COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or array columns (and
 ``arrow_copy=False``) keep the row path (``sink_row_path``). ``populate(batches, lsn)`` writes a
 view's whole content (``sink_population``); the SQL about the table and its checks are in
@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
-import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -39,9 +38,9 @@ from engine.errors import ViewError
 from engine.postgres import interval_dumpers, values
 from engine.postgres import sink_transaction as tx
 from engine.postgres.arrays import array_literal
-from engine.postgres.copy_binary import CopyValueError
 from engine.postgres.diff_copy import DiffCopy
 from engine.postgres.diff_weights import DiffWeights
+from engine.postgres.sink_column_path import SinkColumnPath
 from engine.postgres.sink_population import SinkPopulation
 from engine.postgres.sink_row_path import DIFFS, SinkRowPath
 from engine.postgres.sink_sql import SESSION_DIFFS, SinkStatements
@@ -107,9 +106,6 @@ TX_WORK_MEM = "64MB"
 # a delete of fewer rows than 1/_HASH_DELETE_SHARE of the table's goes through the row-hash index
 _HASH_DELETE_SHARE = 2
 _PROBE_MIN_ROWS = 1_000
-# a time with deletes and at most this many rows to insert inserts them from the diff table
-# (INSERT ... SELECT) instead of a second COPY: one round trip less for the small times
-_FEW_INSERTS = 1_000
 SESSION_TEMP_BUFFERS = "64MB"
 # ResultSink._local_settings
 _LOCAL_SETTINGS = (
@@ -168,7 +164,7 @@ def staging_name(table: str) -> str:
     return f"{head}_{digest}{STAGING_SUFFIX}"
 
 
-class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
+class ResultSink(SinkStatements, SinkColumnPath, SinkRowPath, SinkPopulation):
     """Writes one view's diffs into ``schema.table`` over a dedicated autocommit connection.
 
     ``columns`` are the result table's columns, in order, with their types; rows passed to
@@ -414,62 +410,6 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
                 raise self._unregistered()
         return False
 
-    def _write_columns(self, cur: psycopg.Cursor, diffs: DiffBatch, weights: DiffWeights) -> int:
-        """A time's diffs by binary COPY from their columns: retractions (and a few insertions
-        riding along) into the diff table (``apply`` emptied it) and one DELETE, insertions
-        straight into the result table; returns the rows deleted + inserted."""
-        assert self._diff_copy is not None
-        w, gone, new, n_del, n_ins = weights
-        if not (n_del or n_ins):
-            return 0
-        columns = self._diff_copy.columns(diffs)
-        # with deletes, a few inserts ride along in the diff table (one COPY less)
-        along = bool(n_del and n_ins and len(new) <= _FEW_INSERTS)
-        if n_del:
-            tmp = self._session_diffs
-            rows = np.flatnonzero(w) if along else gone
-            self._copy_columns(cur, columns, rows, w[rows], into_diffs=True)
-            if along:
-                self._apply_tmp(cur, self._target, tmp, n_del, n_ins, bool(w[new].max() > 1))
-            else:
-                self._delete_tmp(cur, self._target, tmp, n_del)
-        if n_ins and not along:
-            self._copy_columns(cur, columns, new, w[new], into_diffs=False)
-        return n_del + n_ins
-
-    def _copy_columns(
-        self,
-        cur: psycopg.Cursor,
-        columns: list,
-        positions: np.ndarray,
-        weights: np.ndarray,
-        *,
-        into_diffs: bool,
-        table: sql.Composable | None = None,
-    ) -> None:
-        """COPY rows ``positions`` of ``columns``: with their weights into the diff table, or
-        ``weights`` times each into the result table (or into ``table`` of the same layout)."""
-        assert self._diff_copy is not None
-        try:
-            if into_diffs:
-                if table is None:
-                    target = sql.Identifier(self._session_diffs)
-                    self._diff_rows += len(positions)
-                else:
-                    target = table
-                self._diff_copy.copy_weighted(cur, target, columns, positions, weights)
-            else:
-                target = self._target if table is None else table
-                self._diff_copy.copy_repeated(
-                    cur, target, self._col_list, columns, positions, weights
-                )
-        except CopyValueError as e:
-            name, t = self.columns[e.column]
-            raise ViewError(
-                f"{e}: view {self.view} produced a value that column {name} ({t.sql()}) of "
-                f"result table {self.qualified_name} cannot hold; nothing was written"
-            ) from e
-
     def _holds(self, cur, lsn: int, then: sql.Composable | None) -> bool:
         """Open the time's transaction: lock the view's row, sending ``then`` along; whether the
         result table already holds ``lsn`` (then the caller writes nothing). Keeps the result
@@ -507,22 +447,6 @@ class ResultSink(SinkStatements, SinkRowPath, SinkPopulation):
             if n_del:
                 self._delete_tmp(cur, self._target, self._session_diffs, n_del)
         return n_del + n_ins
-
-    def _copy_spilled_columns(self, cur: psycopg.Cursor, diffs: SpilledOutput) -> tuple[int, int]:
-        assert self._diff_copy is not None
-        n_del = n_ins = 0
-        for chunk in diffs.chunks():
-            w, gone, new, chunk_del, chunk_ins = DiffWeights.of(chunk)
-            columns = self._diff_copy.columns(chunk)
-            if len(gone):
-                if not n_del:
-                    self._diff_table(cur)
-                n_del += chunk_del
-                self._copy_columns(cur, columns, gone, w[gone], into_diffs=True)
-            if len(new):
-                n_ins += chunk_ins
-                self._copy_columns(cur, columns, new, w[new], into_diffs=False)
-        return n_del, n_ins
 
     def _apply_tmp(
         self,

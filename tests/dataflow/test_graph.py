@@ -104,17 +104,20 @@ def test_sink_consolidates_in_a_spill_store_past_its_memory_limit(state_dir):
 
 
 def test_a_sink_without_a_state_store_removes_its_scratch_directory():
-    """Without a state store the spill goes to a temporary directory, removed with the sink."""
+    """Without a state store the spill goes to a temporary directory, removed once the sink and
+    its spilled outputs are gone (an output is read after the sink that made it is gone)."""
     sink = ConsolidateCollection(spill_rows=100)
     sink.open(None)
     sink.on_diffs(0, DiffBatch.inserts([(i,) for i in range(500)]))
     out = sink.on_time_end(1)
     assert isinstance(out, SpilledOutput)
-    assert sorted(r for c in out.chunks() for r, _ in c) == [(i,) for i in range(500)]
-    out.close()
     scratch = sink._spill_dir
     assert scratch is not None and scratch.is_dir()
-    del sink, out
+    del sink
+    gc.collect()
+    assert sorted(r for c in out.chunks() for r, _ in c) == [(i,) for i in range(500)]
+    out.close()
+    del out
     gc.collect()
     assert not scratch.exists()
 

@@ -10,7 +10,7 @@ need 50 GB of RAM). Such a time's output stays there: it is returned as a ``Spil
 that the sink reads ``spill_rows`` at a time. Rows whose weights cancel out are
 never emitted, so the sink writes only real changes. Holds no durable state: leftover scratch
 stores (a crash) are deleted when the collection opens; without a state store the scratch lives
-in a temporary directory removed with the collection.
+in a temporary directory removed with the collection (once its spilled outputs are gone too).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class ConsolidateCollection(Collection):
         self._acc: dict[Row, int] = {}
         self._spill: ScratchTable | None = None
         self._spill_dir: Path | None = None
+        self._temp: _TemporaryDirectory | None = None  # the spill directory without a store
         self._spill_count = 0  # distinct rows in the spill store
         self.spilled = False  # whether the last time went through the spill store (for tests)
         self.spilled_times = 0  # how many times went through it (counters)
@@ -112,9 +113,9 @@ class ConsolidateCollection(Collection):
                 self._spill_out()
 
     def _scratch_dir(self) -> Path:
-        if self._spill_dir is None:  # no state store: a temporary directory, gone with us
-            self._spill_dir = Path(tempfile.mkdtemp(prefix="incview-spill-"))
-            weakref.finalize(self, shutil.rmtree, self._spill_dir, ignore_errors=True)
+        if self._spill_dir is None:  # no state store: a temporary directory
+            self._temp = _TemporaryDirectory()
+            self._spill_dir = self._temp.path
         self._spill_dir.mkdir(parents=True, exist_ok=True)
         return self._spill_dir
 
@@ -148,6 +149,7 @@ class ConsolidateCollection(Collection):
                 self._column_spill.add(DiffBatch.concat(self._columnar).consolidate())
                 self._columnar, self._columnar_rows = [], 0
             out = self._column_spill.output(self.spill_rows)
+            out.keep_alive = self._temp
             self._column_spill = None
             self.spilled = True
             self.spilled_times += 1
@@ -166,6 +168,7 @@ class ConsolidateCollection(Collection):
             return out
         self._spill_out()
         out = SpilledOutput(self._spill, self._spill_count, self.spill_rows)
+        out.keep_alive = self._temp
         self._spill = None
         self.spilled = True
         self.spilled_times += 1
@@ -173,3 +176,11 @@ class ConsolidateCollection(Collection):
 
     def describe(self) -> str:
         return "Consolidate (sink)"
+
+
+class _TemporaryDirectory:
+    """A directory removed when the last of the sink and its spilled outputs is gone."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="incview-spill-"))
+        weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
