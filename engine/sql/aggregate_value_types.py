@@ -4,14 +4,16 @@ Postgres types ``sum(numeric(15,2))`` as plain ``numeric``, so the output column
 scale and no Arrow type of its own; but every value of it has scale 2 (numeric addition keeps the
 larger scale), and ``min``/``max`` return one of their argument's values. Knowing that lets the
 collections above an aggregate (ORDER BY ... LIMIT over a GROUP BY, joins with a grouped derived
-table) take their columnar forms. Only where the values surely fit ``decimal128(38, s)``:
+table) take their columnar forms. Only where the values fit ``decimal128(38, s)`` as far as the
+rows they are summed from can tell:
 
 * ``sum`` of an integer column (scale 0) or of a ``numeric(p, s)`` column with p <= 28 (a sum past
   38 digits would need 10^10 rows at the largest values);
 * ``sum`` of any argument of a known scale s (a column, or an expression such as TPC-H's
   ``l_extendedprice * (1 - l_discount)``) when ``ColumnarReduceCollection`` computes the
-  aggregate: its sums are 128-bit integers, output as ``decimal128(38, s)`` columns (a sum past
-  128 bits fails the time there whatever the type says);
+  aggregate: its sums are 128-bit integers, output as ``decimal128(38, s)`` columns whatever
+  the type says (a sum past 128 bits fails the time there; one of 39 digits, below 2^127, is
+  not caught);
 * ``min``/``max`` of a column whose own values have an Arrow type;
 * a group key that is a bare column: that column's type.
 
