@@ -10,8 +10,8 @@ follows the diffs, not the table), COPYs ``w`` copies of every row with a positi
 straight into the result table, and records the LSN, so results and LSN commit together; its
 statements share round trips where they can (``sink_transaction``). The COPY data is encoded
 from Arrow columns with no Python per row (``sink_column_path``, ``diff_copy``, ``copy_binary``;
-tuple batches are converted once); a time whose output the dataflow spilled to disk, a ``SpilledOutput``, is
-COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or array columns (and
+tuple batches are converted once); a time whose output the dataflow spilled to disk, a
+``SpilledOutput``, is COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or array columns (and
 ``arrow_copy=False``) keep the row path (``sink_row_path``). ``populate(batches, lsn)`` writes a
 view's whole content (``sink_population``); the SQL about the table and its checks are in
 ``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection (each operation opens its own

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
+from engine.dataflow.collections.columnar_reduce import sum_arrow_type
 from engine.dataflow.columnar.arrow_types import arrow_type
 from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
@@ -61,19 +62,21 @@ def aggregate_arrow_types(
 
 
 def _columnar_sum_types(plan: lp.Aggregate) -> list[pa.DataType | None]:
-    """Per aggregate of ``plan``, the Arrow type of its values if it is a sum of a numeric of
-    one scale that ``ColumnarReduceCollection`` computes (``decimal128(38, s)``), else None."""
+    """Per aggregate of ``plan``, the Arrow type of its values if it is a sum that
+    ``ColumnarReduceCollection`` computes over a numeric of one scale (``sum_arrow_type``), else
+    None."""
     try:
         inputs = reduce_inputs(plan)
     except UnsupportedSQL:  # the planner reports it where it builds the aggregate
         return [None] * len(plan.aggregates)
     if not inputs.columnar:
         return [None] * len(plan.aggregates)
-    out: list[pa.DataType | None] = []
-    for spec in inputs.specs:
-        t = inputs.arrow[spec.arg] if spec.kind == "sum" and spec.arg is not None else None
-        out.append(pa.decimal128(38, t.scale) if t is not None and pa.types.is_decimal(t) else None)
-    return out
+    return [
+        sum_arrow_type(inputs.arrow[spec.arg])
+        if spec.kind == "sum" and spec.arg is not None
+        else None
+        for spec in inputs.specs
+    ]
 
 
 def _column_arrow_type(e: exp.Expression, inner, input_types) -> pa.DataType | None:

@@ -51,7 +51,7 @@ from engine.dataflow.window_functions import WindowFunction
 from engine.errors import UnsupportedSQL
 from engine.sql import logical_plan as lp
 from engine.sql.aggregate_value_types import aggregate_arrow_types
-from engine.sql.calls import aggregate_call, window_call
+from engine.sql.calls import window_call
 from engine.sql.expression_compiler import compile_expressions, compile_predicate
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.numeric_scale import value_scale
@@ -431,10 +431,9 @@ class _PhysicalPlanner:
     def p_Aggregate(self, plan: lp.Aggregate) -> Node:
         fields = plan.input.fields
         up = self.node(plan.input)
-        for a in plan.aggregates:
-            call = aggregate_call(a)
-            self.require_order(fields, call.order_by, f"aggregate {call.kind}")
         inputs = reduce_inputs(plan)
+        for call in inputs.calls:
+            self.require_order(fields, call.order_by, f"aggregate {call.kind}")
         group = list(range(inputs.groups))
         if not inputs.columns:
             return self.df.add(ReduceCollection(group, inputs.specs), up)

@@ -18,7 +18,7 @@ from engine.dataflow.aggregates import Aggregate as AggregateSpec
 from engine.dataflow.collections.columnar_reduce import supports as supports_columnar_reduce
 from engine.dataflow.columnar.arrow_types import arrow_type
 from engine.sql import logical_plan as lp
-from engine.sql.calls import aggregate_call
+from engine.sql.calls import AggregateCall, aggregate_call
 from engine.sql.expression_compiler import ColumnRef, CompiledExpressions, compile_expressions
 from engine.sql.logical_plan import Field
 from engine.sql.numeric_scale import value_scale
@@ -30,6 +30,8 @@ class ReduceInputs:
     #: group keys first (``groups`` of them), then the aggregates' arguments, filters, orders
     columns: list[exp.Expression]
     groups: int
+    #: the aggregates as parsed, and as the reduce's specs over ``columns``
+    calls: list[AggregateCall]
     specs: list[AggregateSpec]
     compiled: CompiledExpressions
     #: per column, the Arrow type holding its values exactly (None: none)
@@ -65,9 +67,9 @@ def reduce_inputs(plan: lp.Aggregate) -> ReduceInputs:
         columns.append(e)
         return len(columns) - 1
 
+    calls = [aggregate_call(a) for a in plan.aggregates]
     specs: list[AggregateSpec] = []
-    for a in plan.aggregates:
-        call = aggregate_call(a)
+    for call in calls:
         specs.append(
             AggregateSpec(
                 call.kind,
@@ -85,4 +87,4 @@ def reduce_inputs(plan: lp.Aggregate) -> ReduceInputs:
         arrow_type(t, None if i < groups else value_scale(e, lambda c: field_type(c, fields)))
         for i, (e, t) in enumerate(zip(columns, compiled.types, strict=True))
     ]
-    return ReduceInputs(columns, groups, specs, compiled, arrow)
+    return ReduceInputs(columns, groups, calls, specs, compiled, arrow)

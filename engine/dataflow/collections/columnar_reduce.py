@@ -80,6 +80,17 @@ def supports(
     return True
 
 
+def sum_arrow_type(arg: pa.DataType | None) -> pa.DataType | None:
+    """The Arrow type of every sum this reduce outputs over an argument of type ``arg``:
+    ``decimal128(38, s)`` for a decimal of scale s (the 128-bit sum at the argument's scale),
+    None otherwise (an integer sum is int64 while it fits, Python ints past it).
+
+    >>> sum_arrow_type(pa.decimal128(31, 4)), sum_arrow_type(pa.int64())
+    (Decimal128Type(decimal128(38, 4)), None)
+    """
+    return pa.decimal128(38, arg.scale) if arg is not None and pa.types.is_decimal(arg) else None
+
+
 class ColumnarReduceCollection(StatefulCollection):
     """``group_key`` column indices, the aggregates, and the Arrow type of every input column."""
 
@@ -384,7 +395,7 @@ class ColumnarReduceCollection(StatefulCollection):
         lo, hi = rec[f"lo{i}"], rec[f"hi{i}"]
         empty = pa.py_buffer(np.packbits(count > 0, bitorder="little"))
         if a.kind == "sum":
-            if pa.types.is_decimal(typ):
+            if pa.types.is_decimal(typ):  # sum_arrow_type(typ)
                 return _decimal_column(lo, hi, typ.scale, empty)
             if not K.int128_fits_int64(lo, hi):
                 raise _NotColumnar
