@@ -156,6 +156,9 @@ class PopulationMixin:
         self._replica_identity_full(view.result_name)
         # populating -> running (or error)
         self._record_errors(view, view.physical.dataflow.errors())
+        # what the state's caches hold was picked by the order population read its sources,
+        # not by use: the changes to come find little of it (StateStore.drop_caches)
+        view.physical.dataflow.store.drop_caches()
         release_free_memory()  # the population's batches are garbage now: give the pages back
         return written
 

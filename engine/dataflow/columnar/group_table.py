@@ -8,8 +8,9 @@ costs one ``get_many`` for all missing keys and one ``np.frombuffer`` to decode 
 
 A bounded in-memory cache of recent groups (FIFO eviction, ``max_groups``) answers most reads
 without RocksDB. The cache may hold the values of the time in progress; the dataflow always
-commits or rolls back a time before the next one starts, and a rollback (``StateStore.rollbacks``
-moved) empties the cache, so a read never sees a discarded write. While the table is filled
+commits or rolls back a time before the next one starts, and a rollback empties the cache
+(``StateStore.drop_caches``; so does the end of a population), so a read never sees a discarded
+write. While the table is filled
 from empty (population, ``StateTable.filling``) nothing is evicted and a batch's new groups are
 cached only if the batch mostly found groups seen before and they fit. Outside population the
 cache steps aside, empty, while it does not pay (``HitRateGate``: under half of the groups read
@@ -42,7 +43,7 @@ class GroupTable:
         self._fetched = np.empty(0, dtype=np.int64)  # slots of the keys of the last fetch
         self._free: list[int] = []
         self._next = 0  # slots handed out so far (free or in use)
-        self._rollbacks = table.store.rollbacks
+        table.store.add_cache(self)
         self._recurring = False  # whether the last fetch found most of its groups
         self.gate = HitRateGate()
         self._found = 0  # groups the last fetch found in the cache (judged at its store)
@@ -51,7 +52,6 @@ class GroupTable:
     def fetch(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """(records, present) of a batch of groups: each key's committed record (absent keys
         read as zeros). The next ``store`` must be for the same keys."""
-        self._check_generation()
         filling = self.table.filling
         n = len(keys)
         if filling:
@@ -144,14 +144,9 @@ class GroupTable:
         for k in victims:
             self._free.append(self._slot.pop(k))
 
-    def _check_generation(self) -> None:
-        rollbacks = self.table.store.rollbacks
-        if rollbacks != self._rollbacks:
-            self._rollbacks = rollbacks
-            self.clear()
-
     def clear(self) -> None:
         self._slot.clear()
+        self._records = np.zeros(1024, dtype=self.dtype)  # the cache's memory goes too
         self._free = []
         self._next = 0
 

@@ -14,7 +14,7 @@ count). Rows are ordered by (partition, rk).
 ``HeadCache`` keeps, per partition prefix, where its head ends in state (``head_end``: the rk of
 the last row the head covers; None when the head is the whole partition, ``complete``), and the
 packed head (None until it was read); first in, first out within a byte budget. It may hold the
-time in progress: a rollback (``StateStore.rollbacks``) empties it. ``encode_meta`` /
+time in progress: a rollback empties it (``StateStore.drop_caches``). ``encode_meta`` /
 ``decode_meta`` are the persisted form of ``head_end`` (absent = an empty, complete partition).
 This module must not know which rows are selected.
 """
@@ -141,14 +141,11 @@ class HeadCache:
         self._entries: dict[bytes, tuple[bytes | None, bytes | None, int]] = {}
         self._sizes: dict[bytes, int] = {}
         self._bytes = 0
-        self._rollbacks = store.rollbacks
+        store.add_cache(self)
 
     def get_many(
         self, prefixes: list[bytes]
     ) -> list[tuple[bytes | None, bytes | None, int] | None]:
-        if self.store.rollbacks != self._rollbacks:
-            self._rollbacks = self.store.rollbacks
-            self.clear()
         return list(map(self._entries.get, prefixes))
 
     def put_many(

@@ -12,8 +12,8 @@ entry cost TPC-H Q18's population ~4 s: 4.3M evictions). A write larger than hal
 keeps only its newest entries (and drops both generations: none of them can be stale).
 
 The cache may hold the writes of the time in progress: the dataflow commits or rolls back a time
-before the next one starts, and a rollback (``StateStore.rollbacks`` moved) empties the cache, so
-a read never sees a discarded write. While the table is filled from empty (population,
+before the next one starts, and a rollback empties the cache (``StateStore.drop_caches``; so does
+the end of a population), so a read never sees a discarded write. While the table is filled from empty (population,
 ``StateTable.filling``), a ``put_many`` after a read that found under a quarter of its keys is
 not cached (its keys leave the cache): a source clustered by the key brings new keys chunk after
 chunk. Used by the columnar join's key entries; ``GroupTable`` is the fixed-width-record
@@ -43,7 +43,7 @@ class EntryCache:
         self._young: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes | None] = {}
         self._young_bytes = 0  # the young entries' values and overhead (rewrites counted twice)
-        self._rollbacks = table.store.rollbacks
+        table.store.add_cache(self)
         self.hits = 0
         self.misses = 0
         self._recurring = True  # whether the last get_many found most of its keys (filling)
@@ -53,7 +53,6 @@ class EntryCache:
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Each key's value (None: absent), from the cache or one read of the misses."""
-        self._check_generation()
         if self.table.filling:
             self.gate.reset()
         elif self.gate.aside:
@@ -142,11 +141,6 @@ class EntryCache:
             self._young_bytes = 0
         self._young.update(zip(keys, values, strict=True))
         self._young_bytes += size
-
-    def _check_generation(self) -> None:
-        if self.table.store.rollbacks != self._rollbacks:
-            self._rollbacks = self.table.store.rollbacks
-            self.clear()
 
     def clear(self) -> None:
         self._young = {}

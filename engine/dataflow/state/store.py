@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import shutil
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -195,9 +196,8 @@ class StateStore:
         #: options of ``commit``'s writes (None: RocksDB's defaults, logged; see ``populating``)
         self._write_options: WriteOptions | None = None
         self._fresh = False  # inside fresh_reads()
-        #: how many times staged writes were discarded: in-memory caches of committed state
-        #: that were updated with a discarded time's writes compare it and start over
-        self.rollbacks = 0
+        #: the in-memory caches of this store's entries (``add_cache``), emptied by ``drop_caches``
+        self._caches: weakref.WeakSet = weakref.WeakSet()
 
     def _read_tunings(self) -> dict[str, str]:
         """Each column family's tuning, read from the default column family before opening."""
@@ -309,10 +309,24 @@ class StateStore:
         self._staged = 0
 
     def rollback(self) -> None:
-        """Discard staged writes (the time is replayed from the committed state)."""
+        """Discard staged writes (the time is replayed from the committed state); the caches,
+        which may hold the discarded writes, are emptied."""
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
-        self.rollbacks += 1
+        self.drop_caches()
+
+    # -- in-memory caches of the entries --------------------------------------------------------
+    def add_cache(self, cache) -> None:
+        """Register an in-memory cache of this store's entries (anything with ``clear()``), for
+        ``drop_caches``; the store does not keep it alive."""
+        self._caches.add(cache)
+
+    def drop_caches(self) -> None:
+        """Empty every registered cache now: on a rollback (they may hold the discarded writes),
+        and after a population (they hold whatever population wrote last, picked by the order
+        it read its sources, not by use; ~90 MB over the 11 TPC-H views at SF 1)."""
+        for cache in list(self._caches):
+            cache.clear()
 
     # -- housekeeping ---------------------------------------------------------------------------
     def size_bytes(self) -> int:
