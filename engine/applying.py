@@ -66,6 +66,8 @@ class ApplyMixin:
         if txs:
             self._apply(txs, running)
             self._slot_keeper.request()
+        else:  # idle: what the applied batches left, back to the OS (every 10 s at most)
+            self._release_memory()
 
     def _apply(self, txs: list[Transaction], views: Iterable[ViewRuntime]) -> None:
         """One polled batch to ``views``. If a view fails (its sink, say), it kept its state

@@ -89,6 +89,7 @@ class RunningMixin:
             # in the background: the result tables are written, the slot's advance (which
             # decodes the WAL from its restart point) is housekeeping nobody waits for
             self._slot_keeper.request()
+            self._release_memory()  # the applied batches' pages, every 10 s at most
 
     def _catch_up_local(self, deadline: float, timeout_s: float) -> None:
         self.check_sources()

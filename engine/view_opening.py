@@ -23,6 +23,7 @@ from engine.engine_names import (
     SLOT,
 )
 from engine.errors import IncviewError
+from engine.free_memory import ThrottledRelease
 from engine.outage import is_disk_full, is_outage
 from engine.plan_lock import FrozenStats, PlanStats
 from engine.postgres.cdc import (
@@ -109,6 +110,7 @@ class ViewOpeningMixin:
         # the slot keeper's own catalog connection (it runs beside the caller's thread)
         self._advance_catalog = ViewCatalog(psycopg.connect(self.dsn, autocommit=True))
         self._slot_keeper = SlotKeeper(self._advance_slot)
+        self._release_memory = ThrottledRelease()  # after polls (engine.free_memory)
         if dropping or (self._only is None and not records):
             self._release_sources()  # a crash in a drop_view left them for views now gone
         for view, time_, why in resume:
