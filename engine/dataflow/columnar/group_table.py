@@ -10,12 +10,11 @@ A bounded in-memory cache of recent groups (FIFO eviction, ``max_groups``) answe
 without RocksDB. The cache may hold the values of the time in progress; the dataflow always
 commits or rolls back a time before the next one starts, and a rollback empties the cache
 (``StateStore.drop_caches``; so does the end of a population), so a read never sees a discarded
-write. While the table is filled
-from empty (population, ``StateTable.filling``) nothing is evicted and a batch's new groups are
-cached only if the batch mostly found groups seen before and they fit. Outside population the
-cache steps aside, empty, while it does not pay (``HitRateGate``: under half of the groups read
-found in it; the Q18-shaped group-by finds ~27%). This module must not know what the record's
-fields mean.
+write. While the table is filled from empty (population, ``StateTable.filling``) nothing is
+evicted and a batch's new groups are cached only if the batch mostly found groups seen before
+and they fit. Outside population the cache steps aside, empty, while it does not pay
+(``HitRateGate``: under half of the groups read found in it; the Q18-shaped group-by finds
+~27%). This module must not know what the record's fields mean.
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ keeps only its newest entries (and drops both generations: none of them can be s
 
 The cache may hold the writes of the time in progress: the dataflow commits or rolls back a time
 before the next one starts, and a rollback empties the cache (``StateStore.drop_caches``; so does
-the end of a population), so a read never sees a discarded write. While the table is filled from empty (population,
-``StateTable.filling``), a ``put_many`` after a read that found under a quarter of its keys is
-not cached (its keys leave the cache): a source clustered by the key brings new keys chunk after
-chunk. Used by the columnar join's key entries; ``GroupTable`` is the fixed-width-record
-analogue.
+the end of a population), so a read never sees a discarded write. While the table is filled from
+empty (population, ``StateTable.filling``), a ``put_many`` after a read that found under a
+quarter of its keys is not cached (its keys leave the cache): a source clustered by the key
+brings new keys chunk after chunk. Used by the columnar join's key entries; ``GroupTable`` is
+the fixed-width-record analogue.
 
 Outside population the cache steps aside, empty, while it does not pay (``HitRateGate``: under
 half of the keys read found in it).
