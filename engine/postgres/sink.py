@@ -11,10 +11,10 @@ straight into the result table, and records the LSN, so results and LSN commit t
 statements share round trips where they can (``sink_transaction``). The COPY data is encoded
 from Arrow columns with no Python per row (``sink_column_path``, ``diff_copy``, ``copy_binary``;
 tuple batches are converted once); a time whose output the dataflow spilled to disk, a
-``SpilledOutput``, is COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or array columns (and
-``arrow_copy=False``) keep the row path (``sink_row_path``). ``populate(batches, lsn)`` writes a
-view's whole content (``sink_population``); the SQL about the table and its checks are in
-``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection (each operation opens its own
+``SpilledOutput``, is COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or
+array columns (and ``arrow_copy=False``) keep the row path (``sink_row_path``).
+``populate(batches, lsn)`` writes a view's whole content (``sink_population``); the SQL about the
+table and its checks are in ``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection (each operation opens its own
 transaction); it must not plan, keep view state, advance replication slots, or write anything in
 the database besides its result table (with its row-hash index), its staging table, its
 session's temp tables and the view's row in ``incview.views``.

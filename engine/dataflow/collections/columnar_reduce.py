@@ -395,8 +395,9 @@ class ColumnarReduceCollection(StatefulCollection):
         lo, hi = rec[f"lo{i}"], rec[f"hi{i}"]
         empty = pa.py_buffer(np.packbits(count > 0, bitorder="little"))
         if a.kind == "sum":
-            if pa.types.is_decimal(typ):  # sum_arrow_type(typ)
-                return _decimal_column(lo, hi, typ.scale, empty)
+            out_type = sum_arrow_type(typ)  # what the planner types this sum as
+            if out_type is not None:
+                return _decimal_column(lo, hi, out_type.scale, empty)
             if not K.int128_fits_int64(lo, hi):
                 raise _NotColumnar
             return pa.Array.from_buffers(
