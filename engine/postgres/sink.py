@@ -14,10 +14,10 @@ tuple batches are converted once); a time whose output the dataflow spilled to d
 ``SpilledOutput``, is COPYed chunk by chunk, never whole in memory. Tables with inet, cidr or
 array columns (and ``arrow_copy=False``) keep the row path (``sink_row_path``).
 ``populate(batches, lsn)`` writes a view's whole content (``sink_population``); the SQL about the
-table and its checks are in ``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection (each operation opens its own
-transaction); it must not plan, keep view state, advance replication slots, or write anything in
-the database besides its result table (with its row-hash index), its staging table, its
-session's temp tables and the view's row in ``incview.views``.
+table and its checks are in ``sink_sql``. The sink uses its own dedicated AUTOCOMMIT connection
+(each operation opens its own transaction); it must not plan, keep view state, advance
+replication slots, or write anything in the database besides its result table (with its row-hash
+index), its staging table, its session's temp tables and the view's row in ``incview.views``.
 """
 
 from __future__ import annotations
