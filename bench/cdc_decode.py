@@ -13,7 +13,10 @@ row decoder and the columnar one on the same messages, in the same run:
     drains a slot of its own).
 With ``--small N``, N more single-row INSERT transactions follow (per-transaction costs).
 
-    python -m bench.cdc_decode [--dsn DSN] [--rows 200000] [--updates 50000] [--small 0]
+    python -m bench.cdc_decode [--dsn DSN] [--rows 200000] [--updates 50000] [--small 0] [--json]
+
+With ``--json`` the figures also go to bench/results/cdc_decode.json, with issue 14's target
+(the columnar decode >= 1M row changes/s) judged on this run.
 
 Without ``--dsn`` a private throwaway server is started (tests/postgres_server.py). This
 script must not be imported by engine code, and it drops its slot and publication when done.
@@ -27,6 +30,7 @@ import time
 
 import psycopg
 
+from bench.results_json import add_json_option, save, target
 from engine.postgres.cdc import CdcReader
 from engine.postgres.columnar_decode import decode_blocks
 from engine.postgres.pgoutput import Delete, Insert, PgOutputDecoder, Update
@@ -34,6 +38,8 @@ from engine.postgres.pgoutput import Delete, Insert, PgOutputDecoder, Update
 SLOT = "bench_cdc_decode"
 SLOT2 = "bench_cdc_decode_2"
 PUB = "bench_cdc_decode_pub"
+#: issue 14: our decode must never be the bottleneck
+DECODE_TARGET = 1_000_000
 
 
 def fmt(n: float) -> str:
@@ -109,7 +115,8 @@ def poll_loop(dsn: str, slot: str, columnar: bool) -> tuple[float, int]:
         reader.close()
 
 
-def run(dsn: str, rows: int, updates: int, small: int, runs: int = 5) -> None:
+def run(dsn: str, rows: int, updates: int, small: int, runs: int = 5) -> dict:
+    """Write the workload, measure, print; returns the figures (``--json``)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         workload(conn, rows, updates)
         reader = CdcReader(dsn, SLOT, PUB)
@@ -195,6 +202,22 @@ def run(dsn: str, rows: int, updates: int, small: int, runs: int = 5) -> None:
         s_, polled = polls[columnar]
         label = "columnar" if columnar else "rows    "
         print(f"  poll loop, {label} (peek + decode)   {s_:6.2f} s  {fmt(polled / s_):>9} diffs/s")
+    columnar_decode = changes / decodes["columnar"][0]
+    return {
+        "workload": {
+            "inserts": rows, "updates": updates, "small_transactions": small,
+            "transactions": len(txs), "messages": len(messages), "mb": nbytes / 1e6,
+        },
+        "write_s": write_s,
+        "peek_rows_per_s": changes / peek_s,
+        "decode_rows_per_s": {k: changes / decodes[k][0] for k in decodes},
+        "decode_cpu_rows_per_s": {k: changes / decodes[k][1] for k in decodes},
+        "assemble_diffs_per_s": {k: diffs / asm[k][0] for k in asm},
+        "poll_loop_diffs_per_s": {
+            "columnar" if c else "rows": polled / s_ for c, (s_, polled) in polls.items()
+        },
+        "target": target(columnar_decode, DECODE_TARGET, "decode_rows_per_s.columnar"),
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -203,14 +226,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--updates", type=int, default=50_000)
     ap.add_argument("--small", type=int, default=0, help="single-row transactions after them")
+    add_json_option(ap, "cdc_decode")
     args = ap.parse_args()
     if args.dsn:
-        run(args.dsn, args.rows, args.updates, args.small)
-        return
-    from tests.postgres_server import PostgresServer
+        figures = run(args.dsn, args.rows, args.updates, args.small)
+    else:
+        from tests.postgres_server import PostgresServer
 
-    with PostgresServer() as server:
-        run(server.dsn, args.rows, args.updates, args.small)
+        with PostgresServer() as server:
+            figures = run(server.dsn, args.rows, args.updates, args.small)
+    if args.json:
+        save(args.json, figures)
 
 
 if __name__ == "__main__":

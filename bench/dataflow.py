@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import json
 import random
 import statistics
 import tempfile
@@ -42,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench import lineitem_group_by, lineitem_join
+from bench.results_json import add_json_option, save
 from engine.dataflow.aggregates import Aggregate
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.collections.columnar_distinct import ColumnarDistinctCollection
@@ -590,7 +590,7 @@ def main() -> None:
         ],
     )
     ap.add_argument("--lineitem-rows", type=int, default=6_000_000)
-    ap.add_argument("--json", action="store_true", help="print and save the figures as JSON")
+    add_json_option(ap, "dataflow")
     ap.add_argument("--cache-mb", type=int, default=256, help="RocksDB block cache per view")
     args = ap.parse_args()
     Pipeline.cache_bytes = args.cache_mb << 20
@@ -631,13 +631,9 @@ def main() -> None:
     for key, value in FIGURES.items():
         result[names.get(key, key)] = value
     if args.json:
-        result["settings"] = vars(args)
-        print(json.dumps(result, indent=2, sort_keys=True))
-        out = Path(__file__).parent / "results" / "dataflow.json"
-        if args.only and out.exists():  # one pipeline's figures replace theirs in the file
-            measured = {k: v for k, v in result.items() if k != "settings"}
-            result = {**json.loads(out.read_text()), **measured}
-        out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        if not args.only:  # one pipeline's figures replace theirs in the file, settings stay
+            result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
+        save(args.json, result, merge=bool(args.only))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,14 @@ from pathlib import Path
 
 import psycopg
 
+from bench.results_json import RESULTS as RESULTS_DIR
+from bench.results_json import save
+
 VIEWS = {
     "rows": "SELECT id, amount, note FROM big WHERE grp >= 0",
     "groups": "SELECT grp, count(*) AS n, sum(amount) AS total FROM big GROUP BY grp",
 }
-RESULTS = Path(__file__).parent / "results" / "huge_transaction.json"
+RESULTS = RESULTS_DIR / "huge_transaction.json"
 
 
 def _status(field: str) -> float:
@@ -125,8 +128,7 @@ def main() -> None:
     finally:
         if server is not None:
             server.stop()
-    RESULTS.write_text(json.dumps({"rows": args.rows, "runs": runs}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    save(RESULTS, {"rows": args.rows, "runs": runs})
 
 
 if __name__ == "__main__":

@@ -19,19 +19,17 @@ the figures of one run, not across runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
+from bench.results_json import add_json_option, save
 from engine.engine import Engine
 from engine.postgres.snapshot import snapshot_reader
 from engine.postgres.source_catalog import PostgresCatalog
 
-RESULTS = Path(__file__).parent / "results" / "population.json"
 VIEWS = {
     "q1": (
         "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_qty,"
@@ -128,7 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsn", help="a PostgreSQL with wal_level=logical (default: start one)")
     ap.add_argument("--rows", type=int, default=2_000_000)
-    ap.add_argument("--json", action="store_true", help=f"also write {RESULTS}")
+    add_json_option(ap, "population")
     args = ap.parse_args()
     if args.dsn:
         out = run(args.dsn, args.rows)
@@ -136,11 +134,9 @@ def main() -> None:
         from tests.postgres_server import PostgresServer
 
         with PostgresServer() as pg:
-            pg.start()
             out = run(pg.dsn, args.rows)
     if args.json:
-        RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-        print(json.dumps(out))
+        save(args.json, out)
 
 
 if __name__ == "__main__":

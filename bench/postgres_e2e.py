@@ -13,11 +13,13 @@ A join+aggregate view (TPC-H Q3-like: orders JOIN customers GROUP BY segment, st
       -> ``catch_up`` returned, the result table updated) vs ``REFRESH MATERIALIZED VIEW`` of the
       same query (median of 3 each) and the ratio, with a cProfile of one apply.
 
-    python -m bench.postgres_e2e [--dsn DSN] [--rows 1000000] [--seconds 10] [--rate 200]
+    python -m bench.postgres_e2e [--dsn DSN] [--rows 1000000] [--seconds 10] [--rate 200] [--json]
 
 Without ``--dsn`` a private throwaway server is started (tests/postgres_server.py) and stopped at
 the end. The issue's targets: >= 30k changes/s; 0.1% update >= 20x faster than REFRESH at >= 1M
-rows. This script must not be imported by engine code; it drops what it created.
+rows. With ``--json`` the figures, the targets judged, also go to
+bench/results/postgres_e2e.json. This script must not be imported by engine code; it drops what
+it created.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 
 import psycopg
 
+from bench.results_json import add_json_option, save, target
 from engine.engine import Engine
 
 VIEW = "bench_revenue"
@@ -124,7 +127,7 @@ class PhaseTimes:
         return ", ".join(parts) + f", other {rest * 1000:.1f} ms"
 
 
-def throughput(dsn: str, eng: Engine, rows: int, seconds: float, phases: PhaseTimes) -> None:
+def throughput(dsn: str, eng: Engine, rows: int, seconds: float, phases: PhaseTimes) -> dict:
     stop = threading.Event()
     changed = [0]
 
@@ -153,9 +156,15 @@ def throughput(dsn: str, eng: Engine, rows: int, seconds: float, phases: PhaseTi
         f"(target >= 30,000)"
     )
     print(f"    where the time went: {phases.line(done)}")
+    return {
+        "source_changes": changed[0],
+        "writer_changes_per_s": changed[0] / written_at,
+        "sustained_changes_per_s": changed[0] / done,
+        "target": target(changed[0] / done, 30_000, "sustained_changes_per_s"),
+    }
 
 
-def lag(dsn: str, eng: Engine, rows: int, seconds: float, rate: float) -> None:
+def lag(dsn: str, eng: Engine, rows: int, seconds: float, rate: float) -> dict:
     commits: list[float] = []
     stop = threading.Event()
 
@@ -191,9 +200,15 @@ def lag(dsn: str, eng: Engine, rows: int, seconds: float, rate: float) -> None:
         f"(b) lag at {len(commits) / seconds:.0f} tx/s (target rate {rate:.0f}): commit -> "
         f"visible p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms over {len(lags)} transactions"
     )
+    return {
+        "transactions_per_s": len(commits) / seconds,
+        "p50_ms": q[49],
+        "p99_ms": q[98],
+        "transactions": len(lags),
+    }
 
 
-def small_batch(conn: psycopg.Connection, eng: Engine, rows: int, phases: PhaseTimes) -> None:
+def small_batch(conn: psycopg.Connection, eng: Engine, rows: int, phases: PhaseTimes) -> dict:
     n = max(1, rows // 1000)
     rng = random.Random(3)
     applies = []
@@ -233,6 +248,13 @@ def small_batch(conn: psycopg.Connection, eng: Engine, rows: int, phases: PhaseT
     for line in out.getvalue().splitlines():
         if line.strip():
             print("    " + line)
+    return {
+        "rows_updated": n,
+        "apply_ms": a * 1000,
+        "refresh_ms": r * 1000,
+        "x_refresh": r / a,
+        "target": target(r / a, 20, "x_refresh"),
+    }
 
 
 def main() -> None:
@@ -241,6 +263,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=float, default=200.0)
+    add_json_option(ap, "postgres_e2e")
     args = ap.parse_args()
     server = None
     dsn = args.dsn
@@ -260,16 +283,20 @@ def main() -> None:
                 eng.create_view(VIEW, QUERY)
                 print(f"population: {time.perf_counter() - t0:.1f} s")
                 phases = PhaseTimes(eng)
-                small_batch(conn, eng, args.rows, phases)
+                figures = {"rows": args.rows}
+                figures["refresh_batch"] = small_batch(conn, eng, args.rows, phases)
                 # the lag first: after a burst of writes every peek and advance decodes the
                 # burst's WAL again until the slot's restart point moves (a running-xacts
                 # record, ~every 15 s), which the lag would then measure
-                lag(dsn, eng, args.rows, args.seconds, args.rate)
-                throughput(dsn, eng, args.rows, args.seconds, phases)
+                figures["lag"] = lag(dsn, eng, args.rows, args.seconds, args.rate)
+                figures["throughput"] = throughput(dsn, eng, args.rows, args.seconds, phases)
                 eng.catch_up()
-                print(f"view equals its query at the end: {check_equal(conn)}")
+                figures["equal"] = check_equal(conn)
+                print(f"view equals its query at the end: {figures['equal']}")
                 eng.drop_view(VIEW)
             conn.execute("DROP TABLE orders, customers")
+        if args.json:
+            save(args.json, figures)
     finally:
         if server is not None:
             server.stop()

@@ -22,6 +22,10 @@ shared machine CPU times are steadier than wall times. Then, once, population in
 table (COPY + rename) and re-population of the existing table with 1% of rows changed.
 
     python -m bench.sink [--dsn DSN] [--rows 1000000] [--batch 100000] [--batches 3] [--rounds 2]
+        [--json]
+
+With ``--json`` the figures also go to bench/results/sink.json, with issue 14's target (the Arrow
+path >= 500k diffs/s) judged per kind on this run.
 
 Without ``--dsn`` a private throwaway server is started (tests/postgres_server.py). This script
 must not be imported by engine code; it drops its tables and its incview.views rows when done.
@@ -41,6 +45,7 @@ import numpy as np
 import psycopg
 import pyarrow as pa
 
+from bench.results_json import add_json_option, save, target
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.sink import ResultSink
 from engine.postgres.view_catalog import ViewCatalog
@@ -66,6 +71,8 @@ ARROW_TYPES = [
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 KINDS = ("insert", "delete", "update", "dup")
 PATHS = ("rows", "arrow", "arrow-rows")
+#: issue 14: the sink writes a time's net diff from Arrow at this many diffs/s or more
+ARROW_TARGET = 500_000
 
 
 def fmt(n: float) -> str:
@@ -167,7 +174,8 @@ def run_path(
     return secs
 
 
-def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[str]) -> None:
+def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[str]) -> dict:
+    """Measure and print; returns the figures (``--json``)."""
     initial, steps = make_steps(rows, batch, batches)
     sizes = {kind: size for kind, size, _ in steps}
     results: dict[str, dict[str, list[tuple]]] = {p: {} for p in paths}
@@ -176,6 +184,10 @@ def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[
             for path in paths if r % 2 == 0 else paths[::-1]:
                 for kind, secs in run_path(conn, path, initial, steps).items():
                     results[path].setdefault(kind, []).extend(secs)
+        figures: dict = {
+            "settings": {"rows": rows, "batch": batch, "batches": batches, "rounds": rounds},
+            "diffs_per_s": {p: {} for p in paths},
+        }
         print(
             f"apply, {fmt(batch)}-diff batches against a ~{fmt(rows)}-row result table "
             f"(median of {rounds} round(s) x {batches} batch(es)), diffs/s:"
@@ -185,9 +197,11 @@ def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[
             cells = []
             for p in paths:
                 med = statistics.median(w for w, _, _ in results[p][kind])
+                figures["diffs_per_s"][p][kind] = sizes[kind] / med
                 cells.append(f"{fmt(sizes[kind] / med)} {med * 1000:4.0f}ms")
             print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
         if all(s is not None for p in paths for v in results[p].values() for _, _, s in v):
+            figures["cpu_ms_per_batch"] = {p: {} for p in paths}
             print("CPU ms per batch, median (client + Postgres backend):")
             print("  " + f"{'kind':8s}" + "".join(f"{p:>16s}" for p in paths))
             for kind in KINDS:
@@ -195,13 +209,23 @@ def run(dsn: str, rows: int, batch: int, batches: int, rounds: int, paths: list[
                 for p in paths:
                     client = statistics.median(c for _, c, _ in results[p][kind]) * 1000
                     server = statistics.median(s for _, _, s in results[p][kind]) * 1000
+                    figures["cpu_ms_per_batch"][p][kind] = {"client": client, "server": server}
                     cells.append(f"{client:.0f} + {server:.0f}")
                 print("  " + f"{kind:8s}" + "".join(f"{c:>16s}" for c in cells))
-        population(conn, initial)
+        if "arrow" in paths:
+            figures["targets"] = {
+                kind: target(
+                    figures["diffs_per_s"]["arrow"][kind], ARROW_TARGET, f"diffs_per_s.arrow.{kind}"
+                )
+                for kind in KINDS
+            }
+        figures["population"] = population(conn, initial)
+    return figures
 
 
-def population(conn: psycopg.Connection, initial: list[tuple]) -> None:
-    """Population into a new table, an empty apply, re-population with 1% of rows changed."""
+def population(conn: psycopg.Connection, initial: list[tuple]) -> dict:
+    """Population into a new table, an empty apply, re-population with 1% of rows changed;
+    returns their figures."""
     cat = ViewCatalog.open(conn)
     cat.delete(VIEW)
     cat.insert(VIEW, "-- bench", "public", VIEW)
@@ -214,9 +238,11 @@ def population(conn: psycopg.Connection, initial: list[tuple]) -> None:
     )
     secs = time.perf_counter() - start
     print(f"populate new table: {fmt(written)} rows in {secs:.2f} s = {fmt(written / secs)} rows/s")
+    out = {"new_table_rows_per_s": written / secs}
     t = time.perf_counter()
     assert sink.apply(DiffBatch(), 2)
-    print(f"empty batch (LSN only): {(time.perf_counter() - t) * 1000:.1f} ms")
+    out["empty_batch_ms"] = (time.perf_counter() - t) * 1000
+    print(f"empty batch (LSN only): {out['empty_batch_ms']:.1f} ms")
     content = list(conn.execute(f"SELECT * FROM {VIEW}"))
     changed = max(1, n // 100)
     for i in range(changed):
@@ -231,8 +257,10 @@ def population(conn: psycopg.Connection, initial: list[tuple]) -> None:
         f"re-populate existing {fmt(n)}-row table, {fmt(changed)} rows changed: "
         f"{secs:.2f} s, {fmt(written)} rows written"
     )
+    out["repopulate_1pct_changed_s"] = secs
     sink.drop()
     cat.delete(VIEW)
+    return out
 
 
 def main() -> None:
@@ -243,18 +271,21 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {PATHS}")
+    add_json_option(ap, "sink")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if unknown := set(paths) - set(PATHS):
         ap.error(f"unknown paths {sorted(unknown)}; choose from {PATHS}")
     params = (args.rows, args.batch, args.batches, args.rounds, paths)
     if args.dsn:
-        run(args.dsn, *params)
-        return
-    from tests.postgres_server import PostgresServer
+        figures = run(args.dsn, *params)
+    else:
+        from tests.postgres_server import PostgresServer
 
-    with PostgresServer() as server:
-        run(server.dsn, *params)
+        with PostgresServer() as server:
+            figures = run(server.dsn, *params)
+    if args.json:
+        save(args.json, figures)
 
 
 if __name__ == "__main__":

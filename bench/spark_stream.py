@@ -27,17 +27,16 @@ end the view must equal its query (checked, printed). This script drops what it 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import random
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
 from bench.postgres_e2e import CUSTOMERS, QUERY, VIEW, check_equal, load
+from bench.results_json import add_json_option, save
 from engine.engine import Engine
 
 
@@ -75,8 +74,6 @@ def _burst_writer(dsn: str, rows: int, seconds: float, out) -> None:
             changed += 1000
     out.put(changed)
 
-
-RESULTS = Path(__file__).parent / "results" / "spark_stream.json"
 
 #: the views beside ``QUERY`` (``--views``): filters, joins, aggregates, min/max, top-k
 EXTRA_VIEWS = [
@@ -183,7 +180,7 @@ def main() -> None:
         choices=["on", "off", "local", "remote_write", "remote_apply"],
         help="the lag writer's synchronous_commit (Postgres' default: on)",
     )
-    ap.add_argument("--json", action="store_true", help=f"also write {RESULTS}")
+    add_json_option(ap, "spark_stream")
     args = ap.parse_args()
     server = None
     dsn = args.dsn
@@ -226,9 +223,7 @@ def main() -> None:
                     print(f"every view equals its query at the end: {equal}")
                     figures["equal"] = equal
                     if args.json:
-                        RESULTS.parent.mkdir(exist_ok=True)
-                        RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
-                        print(json.dumps(figures))
+                        save(args.json, figures)
                     for name in list(eng.views):
                         eng.drop_view(name)
                 finally:

@@ -1,0 +1,97 @@
+"""The benches that track a target write their figures as JSON (``--json [PATH]``,
+``bench.results_json``): small runs against the test Postgres, each file read back. No figure
+is judged here (that is the bench's to print): the tests check that what was measured is what
+the file says, and that each target is judged on the figure it names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import cdc_decode, sink
+from bench.results_json import save, target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _figure(figures: dict, dotted: str) -> float:
+    for part in dotted.split("."):
+        figures = figures[part]
+    return figures  # type: ignore[return-value]
+
+
+def test_save_writes_sorted_json_and_merges(tmp_path, capsys):
+    path = tmp_path / "sub" / "x.json"
+    save(path, {"b": 1, "a": {"z": 2.5}})
+    assert json.loads(path.read_text()) == {"a": {"z": 2.5}, "b": 1}
+    assert capsys.readouterr().out == path.read_text()  # what was written is what was printed
+    save(path, {"b": 3, "c": 4}, merge=True)  # a partial run replaces only its own figures
+    assert json.loads(path.read_text()) == {"a": {"z": 2.5}, "b": 3, "c": 4}
+    save(path, {"c": 5})
+    assert json.loads(path.read_text()) == {"c": 5}
+
+
+def test_target_judges_at_least():
+    assert target(10.0, 10, "f")["met"] and not target(9.99, 10, "f")["met"]
+
+
+def test_cdc_decode_figures_and_cli(pg_dsn, tmp_path):
+    figures = cdc_decode.run(pg_dsn, rows=3000, updates=400, small=2, runs=1)
+    t = figures["target"]
+    assert t["at_least"] == cdc_decode.DECODE_TARGET
+    assert t["measured"] == _figure(figures, t["figure"]) > 0
+    assert t["met"] == (t["measured"] >= t["at_least"])
+    assert figures["workload"]["transactions"] == 3 + 4 + 2  # 1,000-row inserts, 100-row updates
+    assert set(figures["poll_loop_diffs_per_s"]) == {"rows", "columnar"}
+
+    out = tmp_path / "cdc.json"
+    cmd = [sys.executable, "-m", "bench.cdc_decode", "--dsn", pg_dsn, "--rows", "1000"]
+    cmd += ["--updates", "100", "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert saved["workload"]["inserts"] == 1000 and saved["target"]["measured"] > 0
+
+
+def test_sink_figures_judge_every_kind_of_the_arrow_path(pg_dsn):
+    figures = sink.run(pg_dsn, rows=2000, batch=400, batches=1, rounds=1, paths=list(sink.PATHS))
+    assert set(figures["diffs_per_s"]) == set(sink.PATHS)
+    for kind in sink.KINDS:
+        t = figures["targets"][kind]
+        assert t["measured"] == figures["diffs_per_s"]["arrow"][kind] > 0
+        assert t["met"] == (t["measured"] >= sink.ARROW_TARGET)
+    assert figures["population"]["new_table_rows_per_s"] > 0
+
+
+def test_expressions_cli_writes_each_case(tmp_path):
+    out = tmp_path / "expr.json"
+    cmd = [sys.executable, "-m", "bench.expressions", "--rows", "2000", "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == 2000
+    cases = [v for v in saved.values() if isinstance(v, dict)]
+    assert len(cases) == 3
+    for c in cases:
+        assert c["compiled_rows_per_s"] > 0 and c["hand_written_rows_per_s"] > 0
+        assert c["met"] == (c["compiled_rows_per_s"] >= 2e6 or c["x_hand_written_time"] <= 3)
+
+
+@pytest.mark.slow
+def test_postgres_e2e_cli_writes_its_figures(pg_dsn, tmp_path):
+    out = tmp_path / "e2e.json"
+    cmd = [sys.executable, "-m", "bench.postgres_e2e", "--dsn", pg_dsn, "--rows", "3000"]
+    cmd += ["--seconds", "1", "--rate", "50", "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert saved["equal"] is True
+    assert (
+        saved["throughput"]["target"]["measured"] == saved["throughput"]["sustained_changes_per_s"]
+    )
+    assert saved["refresh_batch"]["target"]["measured"] == saved["refresh_batch"]["x_refresh"]
+    assert saved["lag"]["transactions"] > 0
