@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from itertools import islice, repeat
 from operator import itemgetter, le
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from rocksdict import (
@@ -152,6 +152,13 @@ def _options(cache: Cache, tuning: Tuning) -> Options:
     return opt
 
 
+class EntriesCache(Protocol):
+    """An in-memory cache of a store's entries (``StateStore.add_cache``): ``clear()`` empties
+    it, and the next reads come from the committed state."""
+
+    def clear(self) -> None: ...
+
+
 class StateStore:
     """The state database of one view, under ``path``."""
 
@@ -197,7 +204,7 @@ class StateStore:
         self._write_options: WriteOptions | None = None
         self._fresh = False  # inside fresh_reads()
         #: the in-memory caches of this store's entries (``add_cache``), emptied by ``drop_caches``
-        self._caches: weakref.WeakSet = weakref.WeakSet()
+        self._caches: weakref.WeakSet[EntriesCache] = weakref.WeakSet()
 
     def _read_tunings(self) -> dict[str, str]:
         """Each column family's tuning, read from the default column family before opening."""
@@ -316,9 +323,9 @@ class StateStore:
         self.drop_caches()
 
     # -- in-memory caches of the entries --------------------------------------------------------
-    def add_cache(self, cache) -> None:
-        """Register an in-memory cache of this store's entries (anything with ``clear()``), for
-        ``drop_caches``; the store does not keep it alive."""
+    def add_cache(self, cache: EntriesCache) -> None:
+        """Register an in-memory cache of this store's entries, for ``drop_caches``; the store
+        does not keep it alive."""
         self._caches.add(cache)
 
     def drop_caches(self) -> None:
