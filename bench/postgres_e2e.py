@@ -160,7 +160,7 @@ def throughput(dsn: str, eng: Engine, rows: int, seconds: float, phases: PhaseTi
         "source_changes": changed[0],
         "writer_changes_per_s": changed[0] / written_at,
         "sustained_changes_per_s": changed[0] / done,
-        "target": target(changed[0] / done, 30_000, "sustained_changes_per_s"),
+        "target": target(changed[0] / done, "sustained_changes_per_s", at_least=30_000),
     }
 
 
@@ -253,7 +253,7 @@ def small_batch(conn: psycopg.Connection, eng: Engine, rows: int, phases: PhaseT
         "apply_ms": a * 1000,
         "refresh_ms": r * 1000,
         "x_refresh": r / a,
-        "target": target(r / a, 20, "x_refresh"),
+        "target": target(r / a, "x_refresh", at_least=20),
     }
 
 

@@ -28,13 +28,27 @@ def add_json_option(ap: argparse.ArgumentParser, name: str) -> None:
     )
 
 
-def target(figure: float, at_least: float, what: str) -> dict:
-    """One "at least" target judged on ``figure`` (``what``: the figure's name in the file).
+def target(
+    figure: float, what: str, at_least: float | None = None, at_most: float | None = None
+) -> dict:
+    """One target judged on ``figure`` (``what``: the figure's name in the file): at least
+    ``at_least`` and/or at most ``at_most``.
 
-    >>> target(1.5e6, 1e6, "decode_rows_per_s")
-    {'figure': 'decode_rows_per_s', 'at_least': 1000000.0, 'measured': 1500000.0, 'met': True}
+    >>> target(1.5e6, "decode_rows_per_s", at_least=1e6)
+    {'figure': 'decode_rows_per_s', 'measured': 1500000.0, 'at_least': 1000000.0, 'met': True}
+    >>> target(320, "lag_p50_ms", at_most=300)["met"]
+    False
     """
-    return {"figure": what, "at_least": at_least, "measured": figure, "met": figure >= at_least}
+    out: dict = {"figure": what, "measured": figure}
+    met = True
+    if at_least is not None:
+        out["at_least"] = at_least
+        met = met and figure >= at_least
+    if at_most is not None:
+        out["at_most"] = at_most
+        met = met and figure <= at_most
+    out["met"] = met
+    return out
 
 
 def save(path: Path, figures: dict, merge: bool = False) -> Path:

@@ -36,7 +36,7 @@ import time
 import psycopg
 
 from bench.postgres_e2e import CUSTOMERS, QUERY, VIEW, check_equal, load
-from bench.results_json import add_json_option, save
+from bench.results_json import add_json_option, save, target
 from engine.engine import Engine
 
 
@@ -138,6 +138,10 @@ def lag(dsn: str, eng: Engine, rows: int, seconds: float, rate: float, sync: str
         "lag_p99_ms": round(_percentile(lags, 0.99)),
         "lag_max_ms": round(max(lags)),
     }
+    figures["targets"] = {
+        "p50": target(figures["lag_p50_ms"], "lag.lag_p50_ms", at_most=300),
+        "p99": target(figures["lag_p99_ms"], "lag.lag_p99_ms", at_most=1000),
+    }
     print(
         f"(a) lag at {written / seconds:,.0f} transactions/s for {seconds:.0f} s, writer "
         f"synchronous_commit = {sync} ({written:,} transactions, {len(batches)} batches of median "
@@ -163,7 +167,12 @@ def throughput(dsn: str, eng: Engine, rows: int, seconds: float) -> dict:
         f"(b) sustained: {changed:,} rows updated in {seconds:.0f} s of writing, all applied "
         f"{elapsed:.1f} s after the first write: {changed / elapsed:,.0f} changes/s (target >= 20,000)"
     )
-    return {"rows_changed": changed, "changes_per_s": round(changed / elapsed)}
+    rate = round(changed / elapsed)
+    return {
+        "rows_changed": changed,
+        "changes_per_s": rate,
+        "target": target(rate, "sustained.changes_per_s", at_least=20_000),
+    }
 
 
 def main() -> None:

@@ -35,8 +35,10 @@ def test_save_writes_sorted_json_and_merges(tmp_path, capsys):
     assert json.loads(path.read_text()) == {"c": 5}
 
 
-def test_target_judges_at_least():
-    assert target(10.0, 10, "f")["met"] and not target(9.99, 10, "f")["met"]
+def test_target_judges_its_bounds():
+    assert target(10.0, "f", at_least=10)["met"] and not target(9.99, "f", at_least=10)["met"]
+    assert target(300, "f", at_most=300)["met"] and not target(301, "f", at_most=300)["met"]
+    assert not target(5, "f", at_least=1, at_most=4)["met"]
 
 
 def test_cdc_decode_figures_and_cli(pg_dsn, tmp_path):
@@ -95,3 +97,15 @@ def test_postgres_e2e_cli_writes_its_figures(pg_dsn, tmp_path):
     )
     assert saved["refresh_batch"]["target"]["measured"] == saved["refresh_batch"]["x_refresh"]
     assert saved["lag"]["transactions"] > 0
+
+
+@pytest.mark.slow
+def test_population_figures_judge_each_view_against_its_ctas(pg_dsn):
+    from bench import population
+
+    figures = population.run(pg_dsn, rows=20_000)
+    for name, limit in population.LIMITS.items():
+        x = figures["populate_s"][f"{name}_arrow"] / figures["ctas_s"][name]
+        t = figures["targets"][name]
+        assert t["measured"] == figures["x_ctas"][name] == pytest.approx(x)
+        assert t["at_most"] == limit and t["met"] == (x <= limit)
