@@ -39,6 +39,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import NamedTuple
 
 import psycopg
@@ -54,9 +55,8 @@ from engine.postgres.pgoutput import (
     PgOutputDecoder,
     format_lsn,
     parse_lsn,
-    quote_ident,
 )
-from engine.postgres.slot_session import SlotSession
+from engine.postgres.slot_session import PEEK_SQL, SlotSession
 from engine.postgres.source_tree import ancestors
 from engine.postgres.waiting import WaitedTooLong, waits_reported
 from engine.sql.types import SqlType
@@ -64,7 +64,16 @@ from engine.sql.types import SqlType
 log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
-_FETCH = 10000  # messages per round trip of the bounded (streamed) peek
+_FETCH = 10000  # messages per chunk of the bounded (streamed) peek
+#: rows per chunk libpq hands psycopg (chunked rows need libpq 17; older ones stream row by row)
+_STREAM_CHUNK = _FETCH if psycopg.pq.version() >= 170000 else 1
+
+
+def _blocks(rows: Iterable[tuple], size: int) -> Iterator[list[bytes]]:
+    """The first column of ``rows``, ``size`` at a time."""
+    it = iter(rows)
+    while block := [r[0] for r in islice(it, size)]:
+        yield block
 
 
 class _Counted:
@@ -283,18 +292,14 @@ class CdcReader(SlotSession, PublicationSetup, RowAssembly):
     def peek(self, limit: int | None, upto_lsn: int | None = None) -> list[bytes]:
         """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
         a peek stops only between transactions, a little more; with ``upto_lsn``, only the
-        transactions whose commit record starts before it)."""
+        transactions whose commit record starts before it), in one round trip (``PEEK_SQL``)."""
         upto = format_lsn(upto_lsn) if upto_lsn is not None else None
-        with self.slot_lock() as conn, conn.cursor(binary=True) as cur:
+        with self.connection().cursor(binary=True) as cur:
             try:
-                cur.execute(
-                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
-                    "'proto_version', '1', 'publication_names', %s)",
-                    (self.slot, upto, limit, quote_ident(self.publication)),
-                )
+                cur.execute(PEEK_SQL, self.peek_params(upto, limit))
+                return [r[0] for r in cur.fetchall()]
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
-            return [r[0] for r in cur.fetchall()]
 
     def read_range(self, start: int, end: int) -> list[Transaction]:
         """The whole transactions whose end LSN lies in (``start``, ``end``], oldest first: the
@@ -341,36 +346,29 @@ class CdcReader(SlotSession, PublicationSetup, RowAssembly):
     def _peek_bounded(
         self, limit: int | None, upto_lsn: int | None = None
     ) -> tuple[list[Transaction], int, int]:
-        """``peek`` + ``_assemble`` in bounded memory: the messages stream from a server-side
-        cursor (fetched ``_FETCH`` at a time, never all in a list) and each transaction's diffs
-        past ``max_buffered_changes`` go to disk. Returns (transactions, skipped messages,
-        messages read)."""
+        """``peek`` + ``_assemble`` in bounded memory: the messages stream in (libpq's chunked
+        rows, ``_FETCH`` at a time, never all in a list; one round trip, where a server-side
+        cursor took six) and each transaction's diffs past ``max_buffered_changes`` go to disk.
+        Returns (transactions, skipped messages, messages read)."""
         counted = _Counted()
         bound = self.max_buffered_changes
-        with self.slot_lock() as conn, conn.cursor(name="incview_peek", binary=True) as cur:
-            cur.itersize = _FETCH
+        upto = format_lsn(upto_lsn) if upto_lsn is not None else None
+        with self.connection().cursor(binary=True) as cur:
+            rows = cur.stream(PEEK_SQL, self.peek_params(upto, limit), size=_STREAM_CHUNK)
             try:
-                cur.execute(
-                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
-                    "'proto_version', '1', 'publication_names', %s)",
-                    (
-                        self.slot,
-                        format_lsn(upto_lsn) if upto_lsn is not None else None,
-                        limit,
-                        quote_ident(self.publication),
-                    ),
-                )
                 if not self.columnar:
-                    txs, skipped = self._assemble(counted.over(cur), bound)
+                    txs, skipped = self._assemble(counted.over(rows), bound)
                     return txs, skipped, counted.n
                 # blocks of at most the bound: a transaction holds at most ~2x the bound in RAM
                 assembler = ColumnarAssembler(self, bound)
-                while block := cur.fetchmany(min(_FETCH, bound) if bound > 0 else _FETCH):
+                for block in _blocks(rows, min(_FETCH, bound) if bound > 0 else _FETCH):
                     counted.n += len(block)
-                    assembler.feed([r[0] for r in block])
+                    assembler.feed(block)
                 txs, skipped = assembler.finish()
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
+            finally:
+                rows.close()  # a stream left midway is cancelled and drained: the session lives
         return txs, skipped, counted.n
 
     def _assemble(

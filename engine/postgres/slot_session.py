@@ -30,6 +30,16 @@ SESSION_SETTINGS = {
 }
 
 
+#: a peek of the slot under ``slot_lock``'s advisory lock in ONE statement (one round trip, not
+#: four): the outer row takes the lock, held until the statement's implicit transaction ends (an
+#: autocommit session), and the peek, lateral to it (an argument depends on it), runs after it
+PEEK_SQL = (
+    "SELECT p.data FROM (SELECT pg_advisory_xact_lock(hashtext(%s))::text) AS l(held), "
+    "LATERAL pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
+    "'publication_names', %s || l.held) AS p(lsn, xid, data)"
+)
+
+
 class SlotSession:
     """``conninfo``'s autocommit session on ``slot`` (publication ``publication``)."""
 
@@ -61,13 +71,22 @@ class SlotSession:
 
         A logical slot serves one backend at a time (a second peek fails with "replication slot
         ... is active"): every peek and advance of incview's slot, from any process (Spark tasks,
-        several streaming queries, the local runner), takes this lock first."""
+        several streaming queries, the local runner), takes this lock first (a peek takes it in
+        its own statement: ``PEEK_SQL``)."""
         conn = self.connection()
         with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"incview.slot:{self.slot}",)
-            )
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
             yield conn
+
+    @property
+    def _lock_key(self) -> str:
+        return f"incview.slot:{self.slot}"
+
+    def peek_params(self, upto: str | None, limit: int | None) -> tuple:
+        """``PEEK_SQL``'s parameters: the messages after the confirmed position (``limit``
+        changes or, a peek stopping only between transactions, a little more; with ``upto``,
+        only the transactions whose commit record starts before it)."""
+        return (self._lock_key, self.slot, upto, limit, quote_ident(self.publication))
 
     def _peek_error(self, e: psycopg.errors.UndefinedObject) -> ViewError:
         if "replication slot" in str(e):
@@ -107,12 +126,16 @@ class SlotSession:
     def flush_wal(self) -> int:
         """Flush the WAL so every transaction committed before this call is visible to the
         next ``poll()`` (peek reads only flushed WAL; with ``synchronous_commit = off`` commits
-        can sit unflushed for a while). Costs one xid. Returns the flushed LSN."""
+        can sit unflushed for a while). Costs one xid and one round trip. Returns an LSN past
+        the end of every transaction committed before the call, the WAL flushed up to it."""
         conn = self.connection()
         # A transaction that wrote WAL commits synchronously (flushing all WAL before it); a
         # transactional logical message is the smallest such write, and pgoutput ignores it
-        # (no 'messages' option) and skips the then empty transaction.
-        conn.execute("SELECT pg_logical_emit_message(true, 'incview.flush', '')")
-        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        # (no 'messages' option) and skips the then empty transaction. The message's end LSN
+        # comes back in the same round trip: every transaction committed before this call ends
+        # before it, and the commit after it flushed the WAL past it.
+        row = conn.execute(
+            "SELECT pg_logical_emit_message(true, 'incview.flush', '')::text"
+        ).fetchone()
         assert row is not None
         return parse_lsn(row[0])

@@ -30,6 +30,25 @@ FROM below b JOIN pg_class c ON c.oid = b.relid JOIN pg_namespace n ON n.oid = c
 ORDER BY 1, 2
 """
 
+# every table below each of several roots, in one query: per root the names in
+# ``_DESCENDANTS``' order (schema, then name)
+_DESCENDANT_NAMES = """
+WITH RECURSIVE roots(root, oid) AS (
+    SELECT r.schema || '.' || r.name, c.oid
+    FROM unnest(%s::text[], %s::text[]) AS r(schema, name)
+    JOIN pg_namespace n ON n.nspname = r.schema
+    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.name
+), below(root, relid, depth) AS (
+    SELECT r.root, i.inhrelid, 1 FROM roots r JOIN pg_inherits i ON i.inhparent = r.oid
+  UNION ALL
+    SELECT b.root, i.inhrelid, b.depth + 1 FROM pg_inherits i JOIN below b ON i.inhparent = b.relid
+    WHERE b.depth < 100
+)
+SELECT DISTINCT b.root, n.nspname::text, c.relname::text
+FROM below b JOIN pg_class c ON c.oid = b.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+ORDER BY 1, 2, 3
+"""
+
 _ANCESTORS = """
 WITH RECURSIVE above(relid, depth) AS (
     SELECT inhparent, 1 FROM pg_inherits WHERE inhrelid = %s
@@ -65,10 +84,15 @@ def descendants(conn: psycopg.Connection, schema: str, table: str) -> list[Desce
 def descendant_names(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[str]]:
     """``schema.table`` -> the qualified names of the tables below it (what a view's population
     read through it); compared later to notice an ATTACH, DETACH or new child."""
-    out = {}
-    for t in tables:
-        schema, _, name = t.partition(".")
-        out[t] = [d.qualified_name for d in descendants(conn, schema, name)]
+    out: dict[str, list[str]] = {t: [] for t in tables}
+    if not tables:
+        return out
+    parts = [t.partition(".") for t in tables]
+    rows = conn.execute(
+        _DESCENDANT_NAMES, ([schema for schema, _, _ in parts], [name for _, _, name in parts])
+    ).fetchall()
+    for root, schema, name in rows:  # one round trip for all of them (every catch_up asks)
+        out[root].append(f"{schema}.{name}")
     return out
 
 

@@ -4,6 +4,7 @@ without repeats, advancing the slot, and population snapshots consistent with th
 from __future__ import annotations
 
 import itertools
+import threading
 
 import psycopg
 import pytest
@@ -316,6 +317,69 @@ def test_flush_wal_makes_async_commits_visible(pg_dsn, reader):
         txs = reader.poll()
     assert [tx.changes["public.t"].rows for tx in txs] == [[(1,)]]
     assert txs[0].end_lsn <= flushed
+
+
+def test_peeks_of_one_slot_from_several_sessions_wait_for_each_other(pg_dsn, pg_conn, reader):
+    """A slot serves one backend at a time: each peek takes the slot's advisory lock in its own
+    statement (``PEEK_SQL``), so readers of the same slot in other sessions (streamed or whole)
+    queue up instead of failing with 'replication slot ... is active'."""
+    make_table(pg_conn, "t", "id int, v text")
+    reader.ensure(["t"])
+    for _ in range(30):
+        pg_conn.execute("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 300) g")
+    reader.flush_wal()
+    errors: list[BaseException] = []
+    got: list[int] = []
+
+    def peek_many(bounded: bool) -> None:
+        r = CdcReader(
+            pg_dsn, slot=SLOT, publication=PUB, max_buffered_changes=100 if bounded else 0
+        )
+        try:
+            for _ in range(8):
+                got.append(sum(tx.change_count for tx in r.poll(10**6)))
+                r.last_lsn = 0
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+        finally:
+            r.close()
+
+    threads = [threading.Thread(target=peek_many, args=(i % 2 == 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(got) == 32 and set(got) == {9000}, got
+
+
+def test_a_streamed_poll_given_up_midway_leaves_the_session_usable(pg_dsn, pg_conn, monkeypatch):
+    """The bounded poll streams the peek's rows; an error while they come (here: the first
+    block's decoding) cancels the rest, and the same session polls again."""
+    from engine.postgres import cdc
+
+    make_table(pg_conn, "t", "id int")
+    r = CdcReader(pg_dsn, slot=SLOT, publication=PUB, max_buffered_changes=50)
+    try:
+        r.ensure(["t"])
+        pg_conn.execute("INSERT INTO t SELECT generate_series(1, 2000)")
+        r.flush_wal()
+        real_feed = cdc.ColumnarAssembler.feed
+
+        def failing_feed(self, block):
+            raise RuntimeError("decoding failed")
+
+        monkeypatch.setattr(cdc.ColumnarAssembler, "feed", failing_feed)
+        with pytest.raises(RuntimeError, match="decoding failed"):
+            r.poll()
+        monkeypatch.setattr(cdc.ColumnarAssembler, "feed", real_feed)
+        (tx,) = r.poll()
+        assert tx.spilled is not None  # past the bound: most of it came back from disk
+        ids = [v for table, batch in tx.iter_changes() for (v,) in batch.rows]
+        assert sorted(ids) == list(range(1, 2001))
+    finally:
+        r.drop()
+        r.close()
 
 
 def test_drop_removes_slot_and_publication(pg_conn, reader):

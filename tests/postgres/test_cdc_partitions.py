@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import ViewError
 from engine.postgres.cdc import CdcReader
-from engine.postgres.source_tree import ancestors, descendant_names
+from engine.postgres.source_tree import ancestors, descendant_names, descendants
 
 TREE = """
 CREATE TABLE s (k int, v int, g text) PARTITION BY RANGE (k);
@@ -88,6 +88,27 @@ def test_leaf_changes_are_reported_under_every_ancestor(pg_conn, reader):
     assert sorted(zip(p.rows, p.weights, strict=True)) == [((1, 1), 1), ((2, 2), 1)]
     oid = pg_conn.execute("SELECT 'public.s1_a'::regclass::oid").fetchone()[0]
     assert ancestors(pg_conn, oid) == ["public.s", "public.s1"]
+
+
+def test_descendant_names_of_many_roots_in_one_query_as_each_roots_own(pg_conn):
+    """``descendant_names`` asks for every root at once (each catch_up does): per root, the
+    names and their order are those of ``descendants`` (schema, then name; a saved tree is
+    compared with them), a child under two parents counted once, a plain or missing table []."""
+    pg_conn.execute(TREE)
+    pg_conn.execute(
+        'CREATE SCHEMA a; CREATE SCHEMA "a-b";'
+        "CREATE TABLE m (k int); CREATE TABLE a.z () INHERITS (m);"
+        'CREATE TABLE "a-b".c () INHERITS (m); CREATE TABLE q (j int);'
+        "CREATE TABLE a.both () INHERITS (m, q); CREATE TABLE plain (k int)"
+    )
+    roots = ["public.s", "public.p", "public.m", "public.q", "public.plain", "public.gone"]
+    got = descendant_names(pg_conn, roots)
+    for root in roots:
+        schema, _, name = root.partition(".")
+        assert got[root] == [d.qualified_name for d in descendants(pg_conn, schema, name)], root
+    assert got["public.m"] == ["a.both", "a.z", "a-b.c"]  # schema "a" before "a-b", as descendants
+    assert got["public.q"] == ["a.both"] and got["public.plain"] == got["public.gone"] == []
+    assert descendant_names(pg_conn, []) == {}
 
 
 def test_ancestors_are_read_beside_the_peeks_session_and_closed_with_it(pg_conn, reader):
