@@ -39,6 +39,14 @@ PEEK_SQL = (
     "'publication_names', %s || l.held) AS p(lsn, xid, data)"
 )
 
+#: ``commit_ends``' question, one statement under the lock too: the Commit messages of a peek
+#: (byte 0 'C'; bytes 10-17 the transaction's end LSN), numbered among all its messages
+_COMMIT_ENDS_SQL = (
+    "SELECT n, total, substring(data from 11 for 8) FROM ("
+    "SELECT row_number() OVER () AS n, count(*) OVER () AS total, data "
+    f"FROM ({PEEK_SQL}) m) s WHERE get_byte(data, 0) = 67"
+)
+
 
 class SlotSession:
     """``conninfo``'s autocommit session on ``slot`` (publication ``publication``)."""
@@ -107,19 +115,12 @@ class SlotSession:
         ``limit`` messages from the confirmed position, filtered in the server to the Commit
         messages. Returns ([(end_lsn, messages up to and including that commit)], messages read);
         fewer messages read than ``limit`` means the peek reached the end of the flushed WAL."""
-        with self.slot_lock() as conn, conn.cursor(binary=True) as cur:
+        with self.connection().cursor(binary=True) as cur:
             try:
-                cur.execute(
-                    "SELECT n, total, substring(data from 11 for 8) FROM ("
-                    "SELECT row_number() OVER () AS n, count(*) OVER () AS total, data "
-                    "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
-                    "'proto_version', '1', 'publication_names', %s)) s "
-                    "WHERE get_byte(data, 0) = 67",
-                    (self.slot, limit, quote_ident(self.publication)),
-                )
+                cur.execute(_COMMIT_ENDS_SQL, self.peek_params(None, limit))
+                rows = cur.fetchall()
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
-            rows = cur.fetchall()
         ends = [(int.from_bytes(end, "big"), int(n)) for n, _total, end in rows]
         return ends, int(rows[-1][1]) if rows else 0
 
