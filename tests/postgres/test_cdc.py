@@ -353,6 +353,22 @@ def test_peeks_of_one_slot_from_several_sessions_wait_for_each_other(pg_dsn, pg_
     assert len(got) == 32 and set(got) == {9000}, got
 
 
+def test_commit_ends_name_each_transactions_end_without_its_rows(pg_conn, reader):
+    """``commit_ends``: where the slot's transactions end and how many messages lead up to each
+    commit, asked under the slot's lock with the rows filtered out in the server."""
+    make_table(pg_conn, "t", "id int")
+    reader.ensure(["t"])
+    for n in (1, 3, 2):
+        pg_conn.execute(f"INSERT INTO t SELECT generate_series(1, {n})")
+    reader.flush_wal()
+    ends, read = reader.commit_ends(None)
+    messages = reader.peek(None)
+    assert read == len(messages)
+    commits = [i + 1 for i, m in enumerate(messages) if m[:1] == b"C"]
+    assert [n for _, n in ends] == commits and commits[-1] == read
+    assert [end for end, _ in ends] == [tx.end_lsn for tx in reader.poll()]
+
+
 def test_a_streamed_poll_given_up_midway_leaves_the_session_usable(pg_dsn, pg_conn, monkeypatch):
     """The bounded poll streams the peek's rows; an error while they come (here: the first
     block's decoding) cancels the rest, and the same session polls again."""
