@@ -22,12 +22,14 @@ import psycopg
 
 from engine.postgres.source_catalog import view_definitions
 
+# the tables looked up by (schema, name) through pg_class's name index: every catch_up asks, and
+# a database of many thousand tables must not be scanned whole for a few
 _COLUMNS = """
-SELECT n.nspname || '.' || c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
+SELECT r.schema || '.' || r.name, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM unnest(%s::text[], %s::text[]) AS r(schema, name)
+JOIN pg_namespace n ON n.nspname = r.schema
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.name
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE n.nspname || '.' || c.relname = ANY(%s)
 """
 
 FIX = "drop the view and create it again to follow the new schema"
@@ -131,6 +133,8 @@ class SourceSchema:
 def current_columns(conn: psycopg.Connection, tables: list[str]) -> dict[str, dict[str, str]]:
     """table ("schema.table") -> column -> type, as the catalog says now (absent tables absent)."""
     current: dict[str, dict[str, str]] = {}
-    for table, column, typ in conn.execute(_COLUMNS, (tables,)).fetchall():
+    parts = [t.partition(".") for t in tables]
+    names = ([schema for schema, _, _ in parts], [name for _, _, name in parts])
+    for table, column, typ in conn.execute(_COLUMNS, names).fetchall():
         current.setdefault(table, {})[column] = typ
     return current
