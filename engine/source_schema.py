@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 
 from engine.postgres.source_catalog import view_definitions
+from engine.postgres.source_tree import name_arrays
 
 # the tables looked up by (schema, name) through pg_class's name index: every catch_up asks, and
 # a database of many thousand tables must not be scanned whole for a few
@@ -133,8 +134,6 @@ class SourceSchema:
 def current_columns(conn: psycopg.Connection, tables: list[str]) -> dict[str, dict[str, str]]:
     """table ("schema.table") -> column -> type, as the catalog says now (absent tables absent)."""
     current: dict[str, dict[str, str]] = {}
-    parts = [t.partition(".") for t in tables]
-    names = ([schema for schema, _, _ in parts], [name for _, _, name in parts])
-    for table, column, typ in conn.execute(_COLUMNS, names).fetchall():
+    for table, column, typ in conn.execute(_COLUMNS, name_arrays(tables)).fetchall():
         current.setdefault(table, {})[column] = typ
     return current

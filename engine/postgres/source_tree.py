@@ -81,16 +81,24 @@ def descendants(conn: psycopg.Connection, schema: str, table: str) -> list[Desce
     return [Descendant(*row) for row in conn.execute(_DESCENDANTS, (schema, table)).fetchall()]
 
 
+def name_arrays(tables: list[str]) -> tuple[list[str], list[str]]:
+    """The schemas and the names of ``schema.table`` strings, as two lists: the parameters of a
+    catalog query that unnests them and finds each table through ``pg_class``'s name index.
+
+    >>> name_arrays(["public.t", "s.u.v"])
+    (['public', 's'], ['t', 'u.v'])
+    """
+    parts = [t.partition(".") for t in tables]
+    return [schema for schema, _, _ in parts], [name for _, _, name in parts]
+
+
 def descendant_names(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[str]]:
     """``schema.table`` -> the qualified names of the tables below it (what a view's population
     read through it); compared later to notice an ATTACH, DETACH or new child."""
     out: dict[str, list[str]] = {t: [] for t in tables}
     if not tables:
         return out
-    parts = [t.partition(".") for t in tables]
-    rows = conn.execute(
-        _DESCENDANT_NAMES, ([schema for schema, _, _ in parts], [name for _, _, name in parts])
-    ).fetchall()
+    rows = conn.execute(_DESCENDANT_NAMES, name_arrays(tables)).fetchall()
     for root, schema, name in rows:  # one round trip for all of them (every catch_up asks)
         out[root].append(f"{schema}.{name}")
     return out
