@@ -6,10 +6,13 @@ Steps (all on one database, in this order):
   3. Postgres: ``CREATE TABLE AS`` (timed, dropped) and ``CREATE MATERIALIZED VIEW`` (timed,
      kept for REFRESH) per view;
   4. incview: ``create_view`` per view, one after the other (population time);
-  5. refresh streams, ``reps`` times each of RF1, RF2, UF: the stream's transaction commits,
-     then ``catch_up`` is timed (commit -> every view caught up), with ``PhaseTimes`` giving each
-     view's time alone; then ``REFRESH MATERIALIZED VIEW`` of every view is timed on that data;
-     the stream's own transaction time is the writer's "attached, the engine caught up";
+  5. the writer with incview attached, paired: rounds of RF1/RF2/UF streams committed with the
+     engine applying each before the next ("attached, the engine caught up") alternate with
+     rounds committed while the engine pauses ("paused": the slot there, nothing applied);
+     then refresh streams, ``reps`` times each of RF1, RF2, UF: the stream's transaction
+     commits, then ``catch_up`` is timed (commit -> every view caught up), with ``PhaseTimes``
+     giving each view's time alone; then ``REFRESH MATERIALIZED VIEW`` of every view is timed
+     on that data;
   6. sustained: a writer process commits ``rounds`` x (RF1, RF2, UF) back to back while the
      engine runs ``catch_up`` in a loop; changes/s = rows changed / (first commit -> all
      applied); the writer's transaction times are those "with incview attached";
@@ -42,9 +45,11 @@ from bench.tpch.streams import KINDS, RefreshStreams, Stream
 from bench.tpch.writer import start_writer
 from engine.engine import Engine
 
-#: the writer's transactions without incview and with it attached and idle: this many of each
+#: the writer's transactions without incview, attached and paused: this many of each
 #: kind (three were too few: RF1's attached median moved 30 -> 46 ms between two runs)
 WRITER_REPS = 7
+#: the idle gap before step 4a's paused streams (the engine's background slot advance ends)
+PAUSE_GAP_S = 0.5
 
 
 @dataclass
@@ -78,6 +83,8 @@ class RunResult:
     writer_with: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     #: step 4a's stream transactions: incview attached, the engine caught up before each
     writer_idle: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    #: step 4a's paired baseline: the slot there, the engine paused (not applying)
+    writer_paused: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     #: seconds waited for the machine to settle before the writer's times (``settle``)
     settle_s: dict[str, float] = field(default_factory=dict)
     sustained_changes: int = 0
@@ -249,15 +256,27 @@ def run(
             # is not split per view, so only "all views" is reported
             per_view = phases.per_view and runner == "local"
 
-            # 4a. the writer with incview attached and idle, measured as the baseline (after a
-            # checkpoint, one stream at a time), each stream applied before the next commits;
-            # not in 4b's loop, whose REFRESHes write the views' data just before each stream
+            # 4a. the writer with incview attached, paired: each round commits one stream of
+            # each kind with the engine applying it before the next commits (its background
+            # slot advance may overlap the next transaction) and one of each kind with the engine
+            # paused (the slot there, nothing applied: back to back after an idle gap, applied
+            # after the round), the two halves' order alternating, so table growth and a
+            # checkpoint's full-page writes weigh on both alike; not in 4b's loop, whose
+            # REFRESHes write the views' data just before each stream
             res.settle_s["attached"] = settle(conn)  # the populations' compactions end
-            for _ in range(writer_n):
-                for kind in KINDS:
-                    _changed, seconds = streams.next(kind).apply(conn)
-                    res.writer_idle[kind].append(seconds)
-                    engine.catch_up(timeout_s=3600)
+            for rnd in range(writer_n):
+                for applying in (True, False) if rnd % 2 == 0 else (False, True):
+                    if not applying:
+                        time.sleep(PAUSE_GAP_S)
+                    for kind in KINDS:
+                        _changed, seconds = streams.next(kind).apply(conn)
+                        (res.writer_idle if applying else res.writer_paused)[kind].append(seconds)
+                        if applying:
+                            engine.catch_up(timeout_s=3600)
+                    if not applying:
+                        engine.catch_up(timeout_s=3600)  # the paused half's streams (untimed)
+            log("writer with incview paused: " + _writer_line(res.writer_paused))
+            log("writer with incview attached: " + _writer_line(res.writer_idle))
 
             # 4b. refresh streams, one at a time
             for rep in range(reps):
@@ -297,7 +316,7 @@ def run(
                 f"all applied after {elapsed:.1f} s: "
                 f"{res.sustained_changes / elapsed:,.0f} changes/s"
             )
-            log("writer with incview: " + _writer_line(res.writer_with))
+            log("writer with incview catching up: " + _writer_line(res.writer_with))
 
             # 6. checks and state
             engine.catch_up(timeout_s=3600)

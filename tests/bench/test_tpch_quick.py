@@ -50,6 +50,14 @@ def test_tpch_quick_run(tmp_path):
     )
     assert source_mb > 1 and state_mb > 0
     assert ratio == pytest.approx(state_mb / source_mb, abs=0.01)
+    # the writer's paired figures (paused -> attached) per stream kind, and the target on them
+    writer = re.search(r"^- Writer transaction, .*$", table, re.M)
+    assert writer, table
+    for kind in ("RF1", "RF2", "UF"):
+        assert re.search(
+            rf"{kind} [\d.,]+ \| [\d.,]+ -> [\d.,]+ \([+-]\d+%\) -> [\d.,]+", writer[0]
+        )
+    assert re.search(r"worst (RF1|RF2|UF) [+-]\d+%: target within 10% (holds|MISSES)\.$", writer[0])
     # the engine's peak, and its samples split into its own memory and mapped files' pages
     peak, anon, files = _numbers(
         r"Peak RSS: engine process ([\d,]+) MB \(sampled: its own, anonymous memory at most "
