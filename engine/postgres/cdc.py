@@ -293,10 +293,9 @@ class CdcReader(SlotSession, PublicationSetup, RowAssembly):
         """The raw pgoutput messages from the slot's confirmed position (``limit`` rows or, since
         a peek stops only between transactions, a little more; with ``upto_lsn``, only the
         transactions whose commit record starts before it), in one round trip (``PEEK_SQL``)."""
-        upto = format_lsn(upto_lsn) if upto_lsn is not None else None
         with self.connection().cursor(binary=True) as cur:
             try:
-                cur.execute(PEEK_SQL, self.peek_params(upto, limit))
+                cur.execute(PEEK_SQL, self.peek_params(upto_lsn, limit))
                 return [r[0] for r in cur.fetchall()]
             except psycopg.errors.UndefinedObject as e:
                 raise self._peek_error(e) from e
@@ -352,9 +351,8 @@ class CdcReader(SlotSession, PublicationSetup, RowAssembly):
         Returns (transactions, skipped messages, messages read)."""
         counted = _Counted()
         bound = self.max_buffered_changes
-        upto = format_lsn(upto_lsn) if upto_lsn is not None else None
         with self.connection().cursor(binary=True) as cur:
-            rows = cur.stream(PEEK_SQL, self.peek_params(upto, limit), size=_STREAM_CHUNK)
+            rows = cur.stream(PEEK_SQL, self.peek_params(upto_lsn, limit), size=_STREAM_CHUNK)
             try:
                 if not self.columnar:
                     txs, skipped = self._assemble(counted.over(rows), bound)

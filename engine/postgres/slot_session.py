@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from engine.errors import ViewError
-from engine.postgres.pgoutput import parse_lsn, quote_ident
+from engine.postgres.pgoutput import format_lsn, parse_lsn, quote_ident
 
 # Session settings the text-format value parsers rely on (engine.postgres.values).
 SESSION_SETTINGS = {
@@ -90,10 +90,11 @@ class SlotSession:
     def _lock_key(self) -> str:
         return f"incview.slot:{self.slot}"
 
-    def peek_params(self, upto: str | None, limit: int | None) -> tuple:
+    def peek_params(self, upto_lsn: int | None, limit: int | None) -> tuple:
         """``PEEK_SQL``'s parameters: the messages after the confirmed position (``limit``
-        changes or, a peek stopping only between transactions, a little more; with ``upto``,
-        only the transactions whose commit record starts before it)."""
+        changes or, a peek stopping only between transactions, a little more; with
+        ``upto_lsn``, only the transactions whose commit record starts before it)."""
+        upto = format_lsn(upto_lsn) if upto_lsn is not None else None
         return (self._lock_key, self.slot, upto, limit, quote_ident(self.publication))
 
     def _peek_error(self, e: psycopg.errors.UndefinedObject) -> ViewError:
