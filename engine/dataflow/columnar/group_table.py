@@ -36,7 +36,7 @@ class GroupTable:
     def __init__(self, table: StateTable, dtype: np.dtype, cache_bytes: int = 64 << 20) -> None:
         self.table = table
         self.dtype = np.dtype(dtype)
-        self.max_groups = max(1024, cache_bytes // (self.dtype.itemsize + _ENTRY_OVERHEAD))
+        self.max_groups = self._groups_in(cache_bytes)
         self._slot: dict[bytes, int] = {}
         self._records = np.zeros(1024, dtype=self.dtype)
         self._fetched = np.empty(0, dtype=np.int64)  # slots of the keys of the last fetch
@@ -148,6 +148,17 @@ class GroupTable:
         self._records = np.zeros(1024, dtype=self.dtype)  # the cache's memory goes too
         self._free = []
         self._next = 0
+
+    def resize(self, cache_bytes: int) -> None:
+        """A new byte budget; a smaller one empties the cache (its record array, sized for
+        the old budget, goes with it)."""
+        groups = self._groups_in(cache_bytes)
+        if groups < self.max_groups:
+            self.clear()
+        self.max_groups = groups
+
+    def _groups_in(self, cache_bytes: int) -> int:
+        return max(1024, cache_bytes // (self.dtype.itemsize + _ENTRY_OVERHEAD))
 
     @property
     def cached_groups(self) -> int:

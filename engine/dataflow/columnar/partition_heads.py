@@ -188,6 +188,11 @@ class HeadCache:
         self._sizes.clear()
         self._bytes = 0
 
+    def resize(self, cache_bytes: int) -> None:
+        """A new byte budget: the oldest partitions go until the cache fits it."""
+        self.cache_bytes = cache_bytes
+        self._evict()
+
     @property
     def cached_partitions(self) -> int:
         return len(self._entries)

@@ -147,6 +147,13 @@ class EntryCache:
         self._old = {}
         self._young_bytes = 0
 
+    def resize(self, cache_bytes: int) -> None:
+        """A new byte budget; a smaller one empties the cache (the older generation's size is
+        not kept, so nothing less is known to fit)."""
+        if cache_bytes < self.cache_bytes:
+            self.clear()
+        self.cache_bytes = cache_bytes
+
     @property
     def cached_entries(self) -> int:
         """Distinct keys in the cache (a key rewritten since its generation turned old: once)."""

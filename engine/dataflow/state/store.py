@@ -6,7 +6,8 @@ all the view's tables and applied atomically by ``commit(t)`` together with the 
 That is what makes a crash safe: the runner commits the sink (result rows + LSN) first and the
 state second, so after a crash the state is at some time ``t0`` <= the sink's, the source replays
 from ``t0`` and the sink skips times it already holds. State lives on disk; memory is bounded by
-RocksDB's caches and the staged writes of the current time.
+RocksDB's caches and the staged writes of the current time (and, for all the views of a
+process together, by a ``MemoryBudget`` when one is given).
 
 This module must not know what the bytes mean: encodings are ``keycodec``'s, layouts the
 collections'.
@@ -40,6 +41,7 @@ from rocksdict import (
 )
 
 from engine.dataflow.state import parallel_reads
+from engine.dataflow.state.memory_budget import MEMTABLES, MemoryBudget
 from engine.dataflow.state.written_keys import WrittenKeys
 from engine.errors import StateError
 
@@ -66,6 +68,8 @@ _SORTED_WRITE_MAX_KEY = 128
 #: so that they can be restored)
 _LEVEL0_FILLING = (16, 40, 60)
 _LEVEL0_USUAL = (4, 20, 36)
+#: a memtable's size without a ``MemoryBudget`` (with one: its ``memtable_size``)
+_MEMTABLE_SIZE = 8 << 20
 
 
 def _level0_options(trigger: int, slowdown: int, stop: int) -> dict[str, str]:
@@ -119,8 +123,9 @@ def prefix_successor(prefix: bytes) -> bytes | None:
     return bytes(p)
 
 
-def _options(cache: Cache, tuning: Tuning) -> Options:
-    """A column family's options (the database's too: ``_options(cache, "point")``).
+def _options(cache: Cache, tuning: Tuning, memtable_size: int = _MEMTABLE_SIZE) -> Options:
+    """A column family's options (the database's too: ``_options(cache, "point")``), its
+    memtables of ``memtable_size`` bytes (``MEMTABLES`` at most).
 
     Table files are read through a memory map (``allow_mmap_reads``, for the whole database),
     and the "point" tables, read a key at a time, are not compressed: RocksDB then reads their
@@ -134,8 +139,8 @@ def _options(cache: Cache, tuning: Tuning) -> Options:
     opt.create_if_missing(True)
     opt.create_missing_column_families(True)
     opt.set_allow_mmap_reads(True)
-    opt.set_write_buffer_size(8 << 20)
-    opt.set_max_write_buffer_number(3)
+    opt.set_write_buffer_size(memtable_size)
+    opt.set_max_write_buffer_number(MEMTABLES)
     opt.set_compression_type(
         DBCompressionType.none() if tuning == "point" else DBCompressionType.lz4()
     )
@@ -154,29 +159,38 @@ def _options(cache: Cache, tuning: Tuning) -> Options:
 
 class EntriesCache(Protocol):
     """An in-memory cache of a store's entries (``StateStore.add_cache``): ``clear()`` empties
-    it, and the next reads come from the committed state."""
+    it, and the next reads come from the committed state; ``resize(cache_bytes)`` gives it
+    another byte budget (a ``MemoryBudget``'s share), evicting what no longer fits."""
 
     def clear(self) -> None: ...
 
+    def resize(self, cache_bytes: int) -> None: ...
+
 
 class StateStore:
-    """The state database of one view, under ``path``."""
+    """The state database of one view, under ``path``: with a ``budget``, its block cache,
+    memtables and entry caches are the budget's shares (else a block cache of ``cache_bytes``
+    of its own, and each cache its own size)."""
 
-    def __init__(self, path: str | Path, cache_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self, path: str | Path, cache_bytes: int = 64 << 20, budget: MemoryBudget | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._cache = Cache(cache_bytes)
+        self._budget = budget
+        self._cache = budget.block_cache if budget is not None else Cache(cache_bytes)
+        self._memtable_size = budget.memtable_size if budget is not None else _MEMTABLE_SIZE
         existing = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
         tunings = self._read_tunings() if existing else {}
-        cfs = {
-            name: _options(self._cache, tunings.get(name, "prefix"))  # type: ignore[arg-type]
-            for name in existing
-            if name != _META_CF
-        }
+        cfs = {}
+        for name in existing:
+            if name != _META_CF:
+                tuning: Tuning = tunings.get(name, "prefix")  # type: ignore[assignment]
+                cfs[name] = _options(self._cache, tuning, self._memtable_size)
         try:
             self._db = Rdict(
                 str(self.path),
-                _options(self._cache, "point"),
+                _options(self._cache, "point", self._memtable_size),
                 column_families=cfs or None,
                 access_type=AccessType.read_write(),
             )
@@ -205,6 +219,8 @@ class StateStore:
         self._fresh = False  # inside fresh_reads()
         #: the in-memory caches of this store's entries (``add_cache``), emptied by ``drop_caches``
         self._caches: weakref.WeakSet[EntriesCache] = weakref.WeakSet()
+        if budget is not None:
+            budget.add_store(self)
 
     def _read_tunings(self) -> dict[str, str]:
         """Each column family's tuning, read from the default column family before opening."""
@@ -231,13 +247,17 @@ class StateStore:
         try:
             cf = self._db.get_column_family(name)
         except Exception:
-            cf = self._db.create_column_family(name, _options(self._cache, tuning))
+            cf = self._db.create_column_family(
+                name, _options(self._cache, tuning, self._memtable_size)
+            )
             self._db.put(_TUNING_KEY + name.encode(), tuning.encode())
         handle = self._db.get_column_family_handle(name)
         t = StateTable(self, name, cf, handle)
         self._tables[name] = t
         if self._fresh:
             t._watch_writes()
+        if self._budget is not None:
+            self._budget.tables_changed()
         return t
 
     @contextmanager
@@ -280,8 +300,27 @@ class StateStore:
             self._set_table_options(_level0_options(*_LEVEL0_USUAL))
         self.flush()
 
+    @property
+    def memtables(self) -> int:
+        """Tables that hold memtables: the metadata's and each opened table's."""
+        return 1 + len(self._tables)
+
+    def size_memtables(self, size: int) -> None:
+        """Memtables of ``size`` bytes from each table's next one on (a ``MemoryBudget``)."""
+        self._memtable_size = size
+        options = {"write_buffer_size": str(size)}
+        self._db.set_options(options)
+        self._set_table_options(options)
+
+    def memtable_bytes(self) -> int:
+        """Bytes in the memtables of every table, written and being flushed."""
+        return sum(
+            cf.property_int_value("rocksdb.size-all-mem-tables") or 0
+            for cf in (self._db, *(t._cf for t in self._tables.values()))
+        )
+
     def _set_table_options(self, options: dict[str, str]) -> None:
-        for t in self._tables.values():
+        for t in list(self._tables.values()):  # a budget may call from another view's thread
             t._cf.set_options(options)
 
     def flush(self) -> None:
@@ -294,6 +333,8 @@ class StateStore:
         self._tables.pop(name, None)
         if name in Rdict.list_cf(str(self.path)):
             self._db.drop_column_family(name)
+        if self._budget is not None:
+            self._budget.tables_changed()
 
     # -- commit protocol ------------------------------------------------------------------------
     @property
@@ -324,9 +365,11 @@ class StateStore:
 
     # -- in-memory caches of the entries --------------------------------------------------------
     def add_cache(self, cache: EntriesCache) -> None:
-        """Register an in-memory cache of this store's entries, for ``drop_caches``; the store
-        does not keep it alive."""
+        """Register an in-memory cache of this store's entries, for ``drop_caches`` (and with a
+        budget, for its share); the store does not keep it alive."""
         self._caches.add(cache)
+        if self._budget is not None:
+            self._budget.add(cache)
 
     def drop_caches(self) -> None:
         """Empty every registered cache now: on a rollback (they may hold the discarded writes),
@@ -343,6 +386,8 @@ class StateStore:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._budget is not None:  # the other views' caches and tables take its part
+                self._budget.release(self, list(self._caches))
             parallel_reads.settle()  # no read started ahead still runs on this database
             for t in self._tables.values():
                 t._detach()

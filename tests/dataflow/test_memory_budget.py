@@ -1,0 +1,165 @@
+"""``MemoryBudget``: the state stores of several views share one bound. Their collections'
+caches get equal shares, re-divided as caches come and stores close; a smaller share evicts;
+all memtables together stay near the budget's write-buffer part (RocksDB flushes them), where a
+store without a budget keeps far more in memory; the data stays whole."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+
+from engine.dataflow.columnar.group_table import GroupTable
+from engine.dataflow.columnar.partition_heads import HeadCache
+from engine.dataflow.state.entry_cache import EntryCache
+from engine.dataflow.state.memory_budget import MIN_CACHE_SHARE, MemoryBudget
+from engine.dataflow.state.store import StateStore
+from engine.memory_setting import MEMORY_MB_ENV, memory_budget_setting, memory_mb_setting
+
+DTYPE = np.dtype([("count", "<i8"), ("sum", "<i8")])
+MB = 1 << 20
+
+
+def test_caches_share_the_budget_and_take_a_closed_stores_part(tmp_path):
+    budget = MemoryBudget(64 * MB)
+    assert budget.block_cache_bytes + budget.write_buffer_bytes + budget.caches_bytes == 64 * MB
+    a = StateStore(tmp_path / "a", budget=budget)
+    b = StateStore(tmp_path / "b", budget=budget)
+    entries = EntryCache(a.table("e", "point"))
+    groups = GroupTable(a.table("g", "point"), DTYPE)
+    heads = HeadCache(b, 64 * MB)
+    share = budget.caches_bytes // 3
+    assert budget.caches == 3 and budget.cache_share == share
+    assert entries.cache_bytes == heads.cache_bytes == share
+    assert groups.max_groups == share // (DTYPE.itemsize + 120)
+
+    a.close()  # its two caches leave; the one left takes the whole part
+    assert budget.caches == 1
+    assert heads.cache_bytes == budget.caches_bytes
+    b.close()
+    assert budget.caches == 0
+
+    del entries, groups  # a cache that is gone no longer counts (held weakly)
+    c = StateStore(tmp_path / "c", budget=budget)
+    one, two = EntryCache(c.table("x", "point")), EntryCache(c.table("y", "point"))
+    assert budget.caches == 2 and one.cache_bytes == budget.caches_bytes // 2
+    del two
+    gc.collect()
+    three = EntryCache(c.table("z", "point"))
+    assert budget.caches == 2 and three.cache_bytes == one.cache_bytes
+    c.close()
+
+
+def test_many_caches_keep_a_least_share(tmp_path):
+    budget = MemoryBudget(32 * MB)
+    with StateStore(tmp_path / "s", budget=budget) as store:
+        caches = [EntryCache(store.table(f"t{i}", "point")) for i in range(10)]
+        assert budget.cache_share == budget.caches_bytes // 10 > MIN_CACHE_SHARE
+        caches += [EntryCache(store.table(f"u{i}", "point")) for i in range(200)]
+        assert budget.cache_share == MIN_CACHE_SHARE
+        assert {c.cache_bytes for c in caches} == {MIN_CACHE_SHARE}
+
+
+def test_a_smaller_share_evicts_and_the_data_stays(tmp_path):
+    with StateStore(tmp_path / "s") as store:
+        entries = EntryCache(store.table("e", "point"), 1 * MB)
+        groups = GroupTable(store.table("g", "point"), DTYPE, 64 * MB)
+        heads = HeadCache(store, 1 * MB)
+        keys = [b"k%04d" % i for i in range(2000)]
+        entries.get_many(keys)
+        entries.put_many(keys, [b"v" * 100] * 2000)
+        groups.fetch(keys)
+        records = np.zeros(2000, DTYPE)
+        records["count"] = np.arange(1, 2001)
+        groups.store(keys, records, np.ones(2000, bool))
+        heads.put_many(keys, [b"end"] * 2000, [b"h" * 200] * 2000, [1] * 2000)
+        store.commit(1)
+        assert (entries.cached_entries, groups.cached_groups, heads.cached_partitions) == (
+            2000,
+            2000,
+            2000,
+        )
+
+        entries.resize(2 * MB)  # larger: nothing leaves
+        assert entries.cached_entries == 2000
+        entries.resize(64 << 10)
+        groups.resize(64 << 10)
+        heads.resize(200_000)
+        assert entries.cached_entries == 0 and groups.cached_groups == 0
+        assert groups.max_groups == 1024  # the least a group table holds
+        assert 0 < heads.cached_partitions < 2000 and heads._bytes <= 200_000
+        # the newest partitions stay (first in, first out)
+        assert heads.get_many([keys[-1]])[0] is not None and heads.get_many(keys[:1]) == [None]
+        # reads come from the committed state
+        assert entries.get_many(keys[:2]) == [b"v" * 100] * 2
+        found, present = groups.fetch(keys[-3:])
+        assert found["count"].tolist() == [1998, 1999, 2000] and present.all()
+
+
+def _fill(store: StateStore, name: str, megabytes: int) -> None:
+    """``megabytes`` of 1 kB values in ``name``, committed in batches of 64 kB."""
+    table = store.table(name, "point")
+    value = os.urandom(1024)
+    for start in range(0, megabytes * 1024, 64):
+        keys = [b"%s-%08d" % (name.encode(), i) for i in range(start, start + 64)]
+        table.put_many(keys, [value] * len(keys))
+        store.commit((store.committed_time or 0) + 1)
+
+
+def _six_tables(root, budget: MemoryBudget | None) -> list[StateStore]:
+    """Three stores of two tables, 6 MB written to each (under one memtable's 8 MB)."""
+    stores = [StateStore(root / f"s{i}", budget=budget) for i in range(3)]
+    for s in stores:
+        s.table("t0", "point"), s.table("t1", "point")  # every table open before the writes
+    for s in stores:
+        _fill(s, "t0", 6)
+        _fill(s, "t1", 6)
+    return stores
+
+
+def test_the_memtables_of_all_stores_stay_within_the_budgets_part(tmp_path):
+    alone = _six_tables(tmp_path / "alone", None)
+    try:  # without a budget each table keeps its 6 MB in memory
+        unbudgeted = sum(s.memtable_bytes() for s in alone)
+        assert unbudgeted >= 6 * 6 * MB
+    finally:
+        for s in alone:
+            s.close()
+
+    budget = MemoryBudget(64 * MB)  # memtables: 16 MB for nine tables (six and the metadata's)
+    stores = _six_tables(tmp_path / "shared", budget)
+    try:
+        assert budget.memtable_size == budget.write_buffer_bytes // (3 * 9)
+        held = sum(s.memtable_bytes() for s in stores)
+        print(f"memtables: {unbudgeted / MB:.1f} MB without a budget, {held / MB:.1f} MB with")
+        assert held <= budget.write_buffer_bytes
+        for s in stores:  # nothing lost to the flushes
+            for n in ("t0", "t1"):
+                got = s.table(n, "point").get_many(
+                    [b"%s-%08d" % (n.encode(), i) for i in (0, 3000, 6 * 1024 - 1, 6 * 1024)]
+                )
+                assert [g is not None and len(g) == 1024 for g in got] == [True, True, True, False]
+    finally:
+        for s in stores:
+            s.close()
+    assert budget.memtable_size == budget.write_buffer_bytes // 3  # no store left: one table's
+
+
+def test_the_setting(monkeypatch):
+    monkeypatch.delenv(MEMORY_MB_ENV, raising=False)
+    assert memory_budget_setting(None) is None and memory_budget_setting(0) is None
+    assert memory_budget_setting(256).total_bytes == 256 * MB
+    monkeypatch.setenv(MEMORY_MB_ENV, " 48 ")
+    assert memory_budget_setting(None).total_bytes == 48 * MB
+    assert memory_budget_setting(0) is None  # the argument wins over the environment
+    for bad in ("lots", "-1", "16", "1.5"):
+        monkeypatch.setenv(MEMORY_MB_ENV, bad)
+        with pytest.raises(ValueError, match=f"{MEMORY_MB_ENV} must be a whole number"):
+            memory_budget_setting(None)
+    for bad in (-5, 31, True, 64.0):
+        with pytest.raises(ValueError, match="memory_mb must be a whole number of megabytes"):
+            memory_mb_setting(bad)
+    with pytest.raises(ValueError, match="at least 32 MB"):
+        MemoryBudget(16 * MB)
