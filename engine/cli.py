@@ -24,7 +24,18 @@ def _engine(args):
         views=views,
         trigger_ms=getattr(args, "trigger_ms", 50),
         spark_conf=_spark_conf(args),
+        memory_mb=args.memory_mb,
     )
+
+
+def _megabytes(text: str) -> int:
+    """``--memory-mb``'s value, checked as ``Engine(memory_mb=...)`` checks it."""
+    from engine.memory_setting import memory_mb_setting
+
+    try:
+        return memory_mb_setting(text, "--memory-mb")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _spark_conf(args) -> dict[str, str]:
@@ -56,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("INCVIEW_RUNNER", "spark"),
         choices=["local", "spark"],
         help="Spark (default; env INCVIEW_RUNNER) or in-process (local)",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=_megabytes,
+        default=None,
+        help="one memory budget for the state of all views (block cache, memtables, caches); "
+        "default env INCVIEW_MEMORY_MB, else none (each view's state has caches of its own)",
     )
     parser.add_argument(
         "--conf",

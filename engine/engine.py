@@ -25,6 +25,11 @@ in memory: past it the CDC reader spills them to a temporary file, the view rece
 chunks (all in one time, the transaction's end LSN) and the sink streams a spilled output into
 Postgres, still in one Postgres transaction (``engine.applying``).
 
+Memory: ``memory_mb`` (or the environment variable ``INCVIEW_MEMORY_MB``; unset or 0: none) is
+one budget for the state of every view the engine opens: one RocksDB block cache, one write
+buffer manager for all memtables, and the collections' caches in equal shares
+(``engine.dataflow.state.memory_budget``). Without it each view's state has caches of its own.
+
 ``runner="spark"`` (the default) populates through a Spark batch job (parallel snapshot reads,
 ``engine.spark.population``) and runs each view as a Structured Streaming query
 (``engine.spark.streaming``); ``catch_up`` then waits for the queries to reach the WAL position of
@@ -55,6 +60,7 @@ from engine.engine_names import (
     SLOT,
 )
 from engine.errors import ViewError
+from engine.memory_setting import memory_budget_setting
 from engine.population import PopulationMixin
 from engine.postgres.keepalives import with_keepalives
 from engine.postgres.sink import close_sink_connection
@@ -98,6 +104,7 @@ class Engine(
         trigger_ms: int = 50,
         wait_timeout_s: float = 60.0,
         max_buffered_changes: int | None = None,
+        memory_mb: int | None = None,
     ) -> None:
         if runner not in ("local", "spark"):
             raise ValueError(f"runner must be 'local' or 'spark', not {runner!r}")
@@ -108,6 +115,7 @@ class Engine(
         # how long creating the slot, publishing a table... may wait on other sessions
         self.wait_timeout_s = wait_timeout_s
         self.max_buffered_changes = buffered_changes_setting(max_buffered_changes)
+        self.memory_budget = memory_budget_setting(memory_mb)
         self._spark = None
         self._shared_stream = None  # runner spark: the views' one streaming query
         self.embedded = None  # the embedded server when dsn is None (engine.postgres.embedded)

@@ -38,11 +38,9 @@ class ViewRuntime:
         self.record = record
         self.plan = plan
         self.dir = engine.state_dir / "views" / record.name
-        self.store = StateStore(self.dir / "state")
         self.max_buffered_changes: int = engine.max_buffered_changes
-        self.physical: PhysicalPlan = build_dataflow(plan, self.store)
-        self.physical.dataflow.bound_memory(self.max_buffered_changes)
-        self._state_time: int = self.store.committed_time or 0
+        self._budget = engine.memory_budget
+        self._open_state()
         # the plan the state was built by (engine.plan_lock): why it differs now, if it does
         self.plan_changed: str | None = None
         built_by = saved_fingerprint(self.dir)
@@ -168,22 +166,25 @@ class ViewRuntime:
         fresh dataflow: after a write failed (a full disk), RocksDB takes no more writes."""
         with contextlib.suppress(Exception):  # a store whose last write failed may refuse
             self.store.close()
-        self.store = StateStore(self.dir / "state")
-        self.physical = build_dataflow(self.plan, self.store)
-        self._state_time = self.store.committed_time or 0
+        self._open_state()
         self._projections = {}
 
     def reset_state(self) -> None:
         """Close and delete the view's state and build an empty dataflow (re-population)."""
         self.store.close()
         shutil.rmtree(self.dir / "state", ignore_errors=True)
-        self.store = StateStore(self.dir / "state")
-        self.physical = build_dataflow(self.plan, self.store)
-        self.physical.dataflow.bound_memory(self.max_buffered_changes)
-        self._state_time = self.store.committed_time or 0
+        self._open_state()
         self._projections = {}
         save_fingerprint(self.dir, fingerprint(self.physical.explain()))  # the new state's plan
         self.plan_changed = None
+
+    def _open_state(self) -> None:
+        """Open the state store (within the engine's memory budget, if it has one) and build the
+        dataflow on it, its buffered diffs bounded by ``max_buffered_changes``."""
+        self.store = StateStore(self.dir / "state", budget=self._budget)
+        self.physical: PhysicalPlan = build_dataflow(self.plan, self.store)
+        self.physical.dataflow.bound_memory(self.max_buffered_changes)
+        self._state_time: int = self.store.committed_time or 0
 
     @property
     def result_name(self) -> str:

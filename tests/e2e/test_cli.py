@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from engine.cli import main
 
@@ -27,3 +28,29 @@ def test_cli_verbs_end_to_end(pg_dsn, tmp_path, capsys):
         assert "not deterministic" in capsys.readouterr().err
         assert main([*base, "drop-view", "sums"]) == 0
         assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+
+
+def test_cli_memory_budget(pg_dsn, tmp_path, capsys, monkeypatch):
+    """``--memory-mb`` reaches the Engine (its views within one budget); a bad value is refused
+    by name before anything is opened."""
+    import engine.engine
+
+    opened = []
+    real = engine.engine.Engine.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        opened.append(self.memory_budget)
+
+    monkeypatch.setattr(engine.engine.Engine, "__init__", spy)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+        conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+    base = ["--dsn", pg_dsn, "--state-dir", str(tmp_path / "s"), "--runner", "local"]
+    assert main([*base, "--memory-mb", "40", "create-view", "c", "SELECT count(*) FROM t"]) == 0
+    assert opened[-1].total_bytes == 40 << 20
+    with pytest.raises(SystemExit) as exit_:
+        main([*base, "--memory-mb", "10", "list-views"])
+    assert exit_.value.code == 2
+    assert "--memory-mb must be a whole number of megabytes, at least 32" in capsys.readouterr().err
+    assert main([*base, "drop-view", "c"]) == 0
