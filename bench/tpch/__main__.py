@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     ap.add_argument(
+        "--memory-mb",
+        type=int,
+        help="the engine's memory budget for all views' state (Engine(memory_mb=...)); "
+        "default: none",
+    )
+    ap.add_argument(
         "--max-memory-gb",
         type=float,
         help="address-space limit of this process: a population that needs more fails with "
@@ -103,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
                 rounds=rounds,
                 char=args.char,
                 writer_reps=reps if args.quick else None,
+                memory_mb=args.memory_mb,
             )
         except ViewError as e:  # e.g. a runner this build does not have yet
             log(f"the engine could not run the benchmark: {e}")
             return 3
         stem = f"tpch_sf{sf:g}_{args.runner}" + ("_quick" if args.quick else "")
+        stem += f"_mem{args.memory_mb}" if args.memory_mb else ""
         text = markdown(res)
         png = chart(res, args.out / f"{stem}.png")
         if png is not None:

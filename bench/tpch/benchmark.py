@@ -94,6 +94,8 @@ class RunResult:
     state_bytes: int = 0
     #: the TPC-H tables' size in Postgres (heap, TOAST and indexes), the yardstick of the state
     source_bytes: int = 0
+    #: the engine's memory budget for the views' state (``Engine(memory_mb=...)``; 0: none)
+    memory_mb: int = 0
     spark_start_s: float = 0.0  # the SparkSession's start, before (not in) any population
     spark_first_batch_s: float = 0.0  # the streaming query's start and first batch
 
@@ -166,9 +168,11 @@ def run(
     char: bool = False,
     work_dir: Path | None = None,
     writer_reps: int | None = None,
+    memory_mb: int | None = None,
 ) -> RunResult:
     """One run (the module docstring's steps); ``writer_reps``: streams of each kind the writer's
-    measurements commit (default ``WRITER_REPS``, at least ``reps``)."""
+    measurements commit (default ``WRITER_REPS``, at least ``reps``); ``memory_mb``: the engine's
+    memory budget (``Engine(memory_mb=...)``; None: the environment's, else none)."""
     writer_n = writer_reps if writer_reps is not None else max(reps, WRITER_REPS)
     res = RunResult(sf, runner)
     with tempfile.TemporaryDirectory(prefix="tpch-", dir=work_dir) as tmp:
@@ -211,7 +215,8 @@ def run(
 
         # 3. population
         sampler = MemorySampler().start()
-        engine = Engine(dsn, tmp_path / "state", runner=runner)
+        engine = Engine(dsn, tmp_path / "state", runner=runner, memory_mb=memory_mb)
+        res.memory_mb = engine.memory_budget.total_bytes >> 20 if engine.memory_budget else 0
         try:
             if runner == "spark":  # once per engine, not a view's population: timed apart
                 t0 = time.perf_counter()

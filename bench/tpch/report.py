@@ -185,6 +185,11 @@ def markdown(res: RunResult) -> str:
             if res.runner == "spark"
             else ""
         )
+        + (
+            f"; the engine's memory budget for the views' state: {res.memory_mb:,} MB"
+            if res.memory_mb
+            else "; no memory budget (each view's state keeps caches of its own)"
+        )
         + f". State on disk: {res.state_bytes / 2**20:,.1f} MB"
         + (
             f" = {res.state_bytes / res.source_bytes:.2f}x the source tables' "

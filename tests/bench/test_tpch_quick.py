@@ -1,5 +1,6 @@
 """Smoke run of the TPC-H benchmark: ``python -m bench.tpch --quick`` (SF 0.01, every view, one
-RF1 + RF2 + UF round, local runner, a private Postgres) exits 0 and ran its equality checks.
+RF1 + RF2 + UF round, local runner, a private Postgres, the smallest memory budget) exits 0 and
+ran its equality checks.
 No timing is asserted: the figures are the benchmark's to print, not the test's to judge."""
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_tpch_quick_run(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.tpch", "--quick", "--out", str(tmp_path)],
+        # within the smallest memory budget: every view's state shares it
+        [
+            sys.executable,
+            "-m",
+            "bench.tpch",
+            "--quick",
+            "--memory-mb",
+            "32",
+            "--out",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -31,7 +42,8 @@ def test_tpch_quick_run(tmp_path):
     checks = re.search(r"equality checks: (\d+)/(\d+) views equal", out)
     assert checks, out[-4000:]
     assert checks.group(1) == checks.group(2) == str(len(VIEWS)), out[-4000:]
-    table = (tmp_path / "tpch_sf0.01_local_quick.md").read_text()
+    table = (tmp_path / "tpch_sf0.01_local_quick_mem32.md").read_text()
+    assert "the engine's memory budget for the views' state: 32 MB" in table
     for v in VIEWS:
         # each view's row ends with issue 14's targets, judged on this run's figures
         row = re.search(rf"^\| {v.label} \|.*$", table, re.M)
