@@ -191,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
             elif args.verb == "run":
                 names = args.view or [v.name for v in eng.list_views()]
                 commands = "" if args.view else "; answering CALL incview.create_view(...)"
+                budget = eng.memory_budget
+                within = (
+                    f", within a memory budget of {budget.total_bytes >> 20} MB" if budget else ""
+                )
                 print(
-                    f"running {', '.join(names) or 'no views'} ({args.runner}){commands}; "
+                    f"running {', '.join(names) or 'no views'} ({args.runner}{within}){commands}; "
                     "Ctrl-C stops",
                     flush=True,
                 )

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import engine
+from engine.memory_setting import MEMORY_MB_ENV
 
 # The directory holding the ``engine`` package: the job imports it from there, whatever its cwd.
 _ENGINE_ROOT = str(Path(engine.__file__).resolve().parent.parent)
@@ -84,11 +85,13 @@ class StreamingJobLauncher:
         runner: str,
         spark_conf: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        memory_mb: int | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         self.dsn = dsn
         self.runner = runner
         self.spark_conf = dict(spark_conf or {})
+        self.memory_mb = memory_mb  # each job's budget for its views' state (None: its env's)
         self.python = python
         self.jobs_dir = self.state_dir / "jobs"
 
@@ -158,10 +161,9 @@ class StreamingJobLauncher:
         )
 
     # -- start / stop ----------------------------------------------------------------------
-    def start(self, view: str) -> StreamingJobStatus:
-        """Launch the view's streaming job, detached; stops a running one first."""
-        self.stop(view)
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+    def job_env(self) -> dict[str, str]:
+        """The environment a streaming job runs in: this process's, with the engine on the
+        path and the database, Spark settings and memory budget of this launcher."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ENGINE_ROOT, env.get("PYTHONPATH")) if p)
         env.pop("INCVIEW_DSN", None)
@@ -169,6 +171,15 @@ class StreamingJobLauncher:
             env["INCVIEW_DSN"] = self.dsn
         if self.spark_conf:
             env["INCVIEW_SPARK_CONF"] = json.dumps(self.spark_conf)
+        if self.memory_mb is not None:
+            env[MEMORY_MB_ENV] = str(self.memory_mb)
+        return env
+
+    def start(self, view: str) -> StreamingJobStatus:
+        """Launch the view's streaming job, detached; stops a running one first."""
+        self.stop(view)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        env = self.job_env()
         log = open(self.log_path(view), "ab")  # noqa: SIM115 - handed to the child
         try:
             log.write(f"\n--- {datetime.now(UTC).isoformat()} launched by Dagster\n".encode())

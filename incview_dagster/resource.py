@@ -91,6 +91,11 @@ class IncViewResource(ConfigurableResource):
     job_stop_timeout_s: float = Field(
         default=90.0, description="how long a streaming job gets to stop on SIGTERM"
     )
+    memory_mb: int | None = Field(
+        default=None,
+        description="memory budget (MB) for the views' state in each process (a streaming job "
+        "runs one view); None: INCVIEW_MEMORY_MB if set, else none",
+    )
 
     _lazy_spark: LazyPySparkResource | None = PrivateAttr(default=None)
 
@@ -124,6 +129,7 @@ class IncViewResource(ConfigurableResource):
             runner=self.runner,
             views=views,
             spark_conf=dict(self.spark_conf),
+            memory_mb=self.memory_mb,
         )
         try:
             yield eng
@@ -148,7 +154,11 @@ class IncViewResource(ConfigurableResource):
     def streaming_jobs(self) -> StreamingJobLauncher:
         """The launcher of the views' long-lived ``incview run --view NAME`` processes."""
         return StreamingJobLauncher(
-            self.state_path, self.get_dsn(), self.runner, dict(self.spark_conf)
+            self.state_path,
+            self.get_dsn(),
+            self.runner,
+            dict(self.spark_conf),
+            memory_mb=self.memory_mb,
         )
 
     def start_commander(self) -> StreamingJobStatus:

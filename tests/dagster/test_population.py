@@ -159,3 +159,43 @@ def test_without_a_dsn_the_embedded_postgres_under_the_state_dir_is_used():
         if (state_dir / "postgres" / "data" / "PG_VERSION").exists():
             EmbeddedPostgres(state_dir / "postgres").stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_resources_memory_budget_reaches_the_population_and_the_job(shop_dsn, tmp_path):
+    """``IncViewResource(memory_mb=...)``: the run's engine and the streaming job it launches
+    keep the view's state within that budget; the view stays up to date."""
+    from incview_dagster import IncViewResource
+
+    resource = IncViewResource(
+        dsn=shop_dsn, state_dir=str(tmp_path / "incview"), runner="local", memory_mb=40
+    )
+    try:
+        with resource.open_engine([]) as eng:
+            assert eng.memory_budget is not None and eng.memory_budget.total_bytes == 40 << 20
+        with instance_for_test() as instance:
+            result = materialize(
+                build_view_assets([SEGMENT_TOTALS]), resources={"incview": resource},
+                instance=instance,
+            )  # fmt: skip
+            assert result.success
+        jobs = resource.streaming_jobs()
+        assert jobs.job_env()["INCVIEW_MEMORY_MB"] == "40"
+        log = jobs.log_path(SEGMENT_TOTALS.name)
+        _wait_for(
+            lambda: "within a memory budget of 40 MB" in log.read_text(),
+            what="the job to start within its budget",
+        )
+        with psycopg.connect(shop_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO shop.orders VALUES (16, 3, 100)")
+            _wait_for(
+                lambda: (
+                    conn.execute(
+                        "SELECT total FROM shop.segment_totals WHERE segment = 'retail'"
+                    ).fetchall()
+                    == [(123,)]
+                ),
+                what="the insert to reach the view",
+            )
+    finally:
+        resource.streaming_jobs().stop_all(timeout_s=30)
