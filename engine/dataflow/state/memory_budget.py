@@ -23,11 +23,14 @@ but reclaimable).
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import Protocol
 
 from rocksdict import Cache
+
+log = logging.getLogger(__name__)
 
 #: the least budget that leaves every part a useful size
 MIN_BYTES = 32 << 20
@@ -126,4 +129,7 @@ class MemoryBudget:
         if size != self._sized:
             self._sized = size
             for s in list(self._stores):
-                s.size_memtables(size)
+                try:
+                    s.size_memtables(size)
+                except Exception as e:  # e.g. a store whose write failed (full disk): reopened
+                    log.warning("could not resize the memtables of %s: %s", s, e)
