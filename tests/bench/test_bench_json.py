@@ -109,3 +109,21 @@ def test_population_figures_judge_each_view_against_its_ctas(pg_dsn):
         t = figures["targets"][name]
         assert t["measured"] == figures["x_ctas"][name] == pytest.approx(x)
         assert t["at_most"] == limit and t["met"] == (x <= limit)
+
+
+def test_memory_budget_figures_and_cli(pg_dsn, tmp_path):
+    """Both settings ran in their own processes, views equal, memory figures read back."""
+    out = tmp_path / "mem.json"
+    cmd = [sys.executable, "-m", "bench.memory_budget", "--dsn", pg_dsn, "--views", "2"]
+    cmd += ["--rows", "4000", "--rounds", "1", "--updates", "300", "--memory-mb", "32"]
+    proc = subprocess.run(cmd + ["--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert saved["settings"] == {"views": 2, "rows": 4000, "rounds": 1, "updates": 300}
+    assert [saved[k]["memory_mb"] for k in ("no_budget", "budget_32_mb")] == [0, 32]
+    for k in ("no_budget", "budget_32_mb"):
+        r = saved[k]
+        assert r["equal"] is True
+        assert r["own_mb_at_start"] > 0 and r["own_mb_after_updates"] > 0
+        assert f"{r['own_mb_after_updates']:,.0f} MB after 1 x 300 updates" in proc.stdout
