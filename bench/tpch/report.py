@@ -60,7 +60,7 @@ def _writer_target(res: RunResult) -> str:
     kind = max(changes, key=changes.__getitem__)
     verdict = "holds" if changes[kind] <= WRITER_CEILING else "MISSES"
     return (
-        f"Attached against paused, worst {kind} {(changes[kind] - 1) * 100:+.0f}%: target "
+        f"Attached against paused, worst {kind} {_change(changes[kind], 1.0)}: target "
         f"within {(WRITER_CEILING - 1) * 100:.0f}% {verdict}."
     )
 
