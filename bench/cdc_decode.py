@@ -30,6 +30,7 @@ import time
 
 import psycopg
 
+from bench.bench_postgres import bench_dsn
 from bench.results_json import add_json_option, save, target
 from engine.postgres.cdc import CdcReader
 from engine.postgres.columnar_decode import decode_blocks
@@ -228,13 +229,8 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=0, help="single-row transactions after them")
     add_json_option(ap, "cdc_decode")
     args = ap.parse_args()
-    if args.dsn:
-        figures = run(args.dsn, args.rows, args.updates, args.small)
-    else:
-        from tests.postgres_server import PostgresServer
-
-        with PostgresServer() as server:
-            figures = run(server.dsn, args.rows, args.updates, args.small)
+    with bench_dsn(args.dsn) as dsn:
+        figures = run(dsn, args.rows, args.updates, args.small)
     if args.json:
         save(args.json, figures)
 

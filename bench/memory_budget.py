@@ -29,6 +29,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.bench_postgres import bench_dsn
 from bench.results_json import add_json_option, save
 from engine.engine import Engine
 
@@ -144,13 +145,8 @@ def main() -> None:
         print(json.dumps(r), flush=True)
         return
     shape = (args.views, args.rows, args.rounds, args.updates, args.memory_mb)
-    if args.dsn:
-        out = run(args.dsn, *shape)
-    else:
-        from tests.postgres_server import PostgresServer
-
-        with PostgresServer() as pg:
-            out = run(pg.dsn, *shape)
+    with bench_dsn(args.dsn) as dsn:
+        out = run(dsn, *shape)
     if args.json:
         save(args.json, out)
 

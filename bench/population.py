@@ -25,6 +25,7 @@ import time
 
 import psycopg
 
+from bench.bench_postgres import bench_dsn
 from bench.results_json import add_json_option, save, target
 from engine.engine import Engine
 from engine.postgres.snapshot import snapshot_reader
@@ -137,13 +138,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     add_json_option(ap, "population")
     args = ap.parse_args()
-    if args.dsn:
-        out = run(args.dsn, args.rows)
-    else:
-        from tests.postgres_server import PostgresServer
-
-        with PostgresServer() as pg:
-            out = run(pg.dsn, args.rows)
+    with bench_dsn(args.dsn) as dsn:
+        out = run(dsn, args.rows)
     if args.json:
         save(args.json, out)
 

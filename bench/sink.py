@@ -45,6 +45,7 @@ import numpy as np
 import psycopg
 import pyarrow as pa
 
+from bench.bench_postgres import bench_dsn
 from bench.results_json import add_json_option, save, target
 from engine.dataflow.batch import DiffBatch
 from engine.postgres.sink import ResultSink
@@ -279,13 +280,8 @@ def main() -> None:
     if unknown := set(paths) - set(PATHS):
         ap.error(f"unknown paths {sorted(unknown)}; choose from {PATHS}")
     params = (args.rows, args.batch, args.batches, args.rounds, paths)
-    if args.dsn:
-        figures = run(args.dsn, *params)
-    else:
-        from tests.postgres_server import PostgresServer
-
-        with PostgresServer() as server:
-            figures = run(server.dsn, *params)
+    with bench_dsn(args.dsn) as dsn:
+        figures = run(dsn, *params)
     if args.json:
         save(args.json, figures)
 
