@@ -10,7 +10,8 @@ so that they never reach into ``engine.postgres``, ``engine.spark`` or ``engine.
 as Postgres writes it), ``EmbeddedPostgres`` (the private server of the embedded default),
 ``spark_session`` (incview's configured SparkSession), ``parse_query`` (a view's SQL as
 sqlglot's tree, with incview's checks) and ``install_schema(dsn)`` (the ``incview`` schema with
-its SQL procedures, ``CALL incview.create_view``: ``engine.commander``).
+its SQL procedures, ``CALL incview.create_view``: ``engine.commander``) and ``MEMORY_MB_ENV``
+(the environment variable of ``Engine(memory_mb=...)``, for processes launched with a budget).
 
 Everything but the error classes loads on first use, so that importing a submodule
 (``engine.dataflow``, ``engine.errors``) does not import the whole engine.
@@ -22,6 +23,7 @@ __all__ = [
     "EmbeddedPostgres",
     "Engine",
     "IncviewError",
+    "MEMORY_MB_ENV",
     "SourceChanged",
     "StateError",
     "UnsupportedSQL",
@@ -48,6 +50,7 @@ _LAZY = {
     "EmbeddedPostgres": ("engine.postgres.embedded", "EmbeddedPostgres"),
     "spark_session": ("engine.spark.session", "get_spark"),
     "parse_query": ("engine.sql.parse", "parse_query"),
+    "MEMORY_MB_ENV": ("engine.memory_setting", "MEMORY_MB_ENV"),
 }
 
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import engine
-from engine.memory_setting import MEMORY_MB_ENV
+from engine import MEMORY_MB_ENV
 
 # The directory holding the ``engine`` package: the job imports it from there, whatever its cwd.
 _ENGINE_ROOT = str(Path(engine.__file__).resolve().parent.parent)
