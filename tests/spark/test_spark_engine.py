@@ -101,6 +101,44 @@ def test_streaming_queries_keep_up_with_a_writer(spark, pg_dsn, tmp_path):
             assert all(s.phase == "running" and s.lag_ms == 0 for s in status.values())
 
 
+def test_spark_views_keep_within_the_engines_memory_budget(spark, pg_dsn, tmp_path, monkeypatch):
+    """The Spark runner applies its micro-batches on the driver, in the engine's process: its
+    views' state lives within the engine's budget (``INCVIEW_MEMORY_MB``: one block cache, the
+    memtables and the collections' caches its shares), populated by a Spark job and kept up to
+    date by the streaming query, and every view stays exactly its query with the smallest budget
+    and memtables of 64 kB (many flushes)."""
+    import engine.dataflow.state.memory_budget as memory_budget
+    from engine.memory_setting import MEMORY_MB_ENV
+
+    monkeypatch.setenv(MEMORY_MB_ENV, "32")
+    monkeypatch.setattr(memory_budget, "MIN_MEMTABLE", 64 << 10)  # RocksDB's least
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 13)
+        work.setup()
+        with Engine(pg_dsn, tmp_path / "state", runner="spark", trigger_ms=50) as eng:
+            budget = eng.memory_budget
+            assert budget is not None and budget.total_bytes == 32 << 20
+            for name, sql in STREAM_VIEWS.items():
+                eng.create_view(name, sql)
+            check(conn, STREAM_VIEWS)
+            stores = [eng.views[name].store for name in STREAM_VIEWS]
+            assert all(s._cache is budget.block_cache for s in stores)
+            assert all(s._memtable_size == budget.memtable_size for s in stores)
+            caches = [c for s in stores for c in s._caches]
+            assert caches and budget.caches == len(caches)
+            assert {c.cache_bytes for c in caches if hasattr(c, "cache_bytes")} == {
+                budget.cache_share
+            }
+            for _ in range(6):
+                for _ in range(4):
+                    work.transaction(12)
+                eng.catch_up(120)
+                check(conn, STREAM_VIEWS)
+            assert eng._shared_stream is not None and eng._shared_stream.active  # on Spark
+            status = {s.name: s for s in eng.list_views()}
+            assert all(s.phase == "running" for s in status.values()), status
+
+
 def test_population_through_spark_equals_the_in_process_one(spark, pg_dsn, tmp_path, monkeypatch):
     import engine.spark.population as population
 
