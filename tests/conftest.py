@@ -70,7 +70,7 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-# Randomized oracles of 3-10 s per case: the first case of each stays in the fast inner loop
+# Randomized oracles and parametrized end-to-end tests of 1-10 s per case: the first case of each stays in the fast inner loop
 # (``-m "not slow"``), the others (more seeds, more shapes) run in CI's full suite only.
 # Measured with ``--durations`` on the fast suite; a whole heavy test is marked in its file.
 HEAVY_ORACLES = frozenset(
@@ -94,6 +94,24 @@ HEAVY_ORACLES = frozenset(
         "tests/dataflow/test_reduce.py::test_all_aggregates_in_one_reduce_with_filters",
         "tests/dataflow/test_reduce.py::test_min_max_survive_deletes_of_the_current_extreme",
         "tests/dataflow/test_reduce.py::test_global_aggregate_matches_recompute_through_empty_inputs",
+        "tests/dataflow/columnar/test_columnar_top_k.py::test_per_partition_top_k_equals_row_top_k",
+        "tests/dataflow/columnar/test_columnar_top_k.py::test_global_order_by_limit_equals_row_top_k",
+        "tests/dataflow/columnar/test_columnar_top_k.py::test_negative_counts_across_times",
+        "tests/dataflow/columnar/test_columnar_distinct.py::test_columnar_distinct_equals_row_distinct",
+        "tests/dataflow/columnar/test_columnar_distinct.py::test_numeric_nan_and_values_past_decimal128",
+        "tests/dataflow/columnar/test_columnar_join.py::test_outer_join_equals_row_outer_join",
+        "tests/dataflow/columnar/test_columnar_join.py::test_semi_join_equals_row_semi_join",
+        "tests/dataflow/columnar/test_columnar_join.py::test_hot_keys_move_to_row_entries",
+        "tests/dataflow/columnar/test_columnar_join.py::test_residual_and_its_errors",
+        "tests/dataflow/columnar/test_columnar_reduce.py::test_columnar_input_equals_row_input",
+        "tests/dataflow/columnar/test_columnar_reduce.py::test_numeric_nan_in_group_keys",
+        "tests/dataflow/columnar/test_columnar_reduce.py::test_numeric_nan_in_sums",
+        "tests/dataflow/columnar/test_columnar_reduce.py::test_min_max_with_numeric_nan_and_infinity",
+        "tests/dataflow/test_top_k.py::test_unbounded_and_empty_limits",
+        "tests/dataflow/test_restart.py::test_sigkill_and_reopen_equals_uninterrupted_run",
+        "tests/postgres/test_sink_arrow.py::test_random_times_leave_the_expected_multiset",
+        "tests/postgres/test_sink.py::test_large_apply_streams",
+        "tests/reliability/test_internal_errors.py::test_a_lost_or_corrupt_state_directory_repopulates",
     }
 )
 

@@ -111,6 +111,7 @@ def test_population_figures_judge_each_view_against_its_ctas(pg_dsn):
         assert t["at_most"] == limit and t["met"] == (x <= limit)
 
 
+@pytest.mark.slow
 def test_memory_budget_figures_and_cli(pg_dsn, tmp_path):
     """Both settings ran in their own processes, views equal, memory figures read back."""
     out = tmp_path / "mem.json"

@@ -52,6 +52,7 @@ def test_caches_share_the_budget_and_take_a_closed_stores_part(tmp_path):
     c.close()
 
 
+@pytest.mark.slow
 def test_many_caches_keep_a_least_share(tmp_path):
     budget = MemoryBudget(32 * MB)
     with StateStore(tmp_path / "s", budget=budget) as store:

@@ -58,6 +58,7 @@ def test_demo_on_spark_keeps_every_view_equal_to_its_query(pg_dsn, tmp_path, cap
     _verdict_and_hint(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_demo_keep_then_rerun_replaces_its_own_schema(pg_dsn, tmp_path, capsys):
     base = ["demo", "--runner", "local", "--dsn", pg_dsn, "--state-dir", str(tmp_path / "s")]
     base += ["--seconds", "0.5"]
@@ -71,6 +72,7 @@ def test_demo_keep_then_rerun_replaces_its_own_schema(pg_dsn, tmp_path, capsys):
     assert pg_dsn not in out
 
 
+@pytest.mark.slow
 def test_demo_on_the_wheels_postgres_with_no_system_binaries(monkeypatch, capsys):
     monkeypatch.delenv("INCVIEW_PG_BINDIR", raising=False)
     monkeypatch.delenv("INCVIEW_DSN", raising=False)

@@ -138,6 +138,7 @@ def test_a_failed_engine_start_stops_the_server_it_started(tmp_path, servers, mo
     assert owner.release()
 
 
+@pytest.mark.slow
 def test_last_client_out_stops_a_handed_over_server(tmp_path, servers):
     state = tmp_path / "state"
     servers.append(state / "postgres")
@@ -298,6 +299,7 @@ def test_a_cluster_restarts_on_the_major_version_that_created_it(
         embedded.find_bindir(major=major + 100)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the postgres OS user is used only as root")
 def test_wheel_binaries_the_postgres_user_cannot_reach_are_copied(
     tmp_path, servers, no_system_binaries, monkeypatch

@@ -18,6 +18,7 @@ from engine.errors import ViewError
 from tests.e2e.test_engine_oracle import VIEWS, diff_rows, random_transaction, setup_tables
 
 
+@pytest.mark.slow
 def test_truncate_sends_the_view_back_to_population(pg_dsn, tmp_path):
     rng = random.Random(21)
     names = ("revenue_by_segment", "amounts", "idle_customers", "statuses")

@@ -11,6 +11,7 @@ where NaN = NaN). Runs in about 3 s (runner="local").
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from engine.engine import Engine
 from tests.e2e.test_engine_oracle import diff_rows
@@ -71,6 +72,7 @@ def run_steps(pg_dsn: str, state_dir, views: dict[str, str]) -> None:
         assert conn.execute("SELECT count(*) FROM t WHERE x = 'NaN'").fetchone()[0] == 0
 
 
+@pytest.mark.slow
 def test_nan_rows_update_and_delete_like_postgres(pg_dsn, tmp_path):
     run_steps(pg_dsn, tmp_path / "state", VIEWS)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

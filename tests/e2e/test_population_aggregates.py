@@ -14,6 +14,7 @@ import logging
 import random
 
 import psycopg
+import pytest
 
 from engine.engine import Engine
 from engine.postgres.snapshot import SnapshotReader
@@ -60,6 +61,7 @@ def check(conn: psycopg.Connection, when: str) -> None:
         assert diff_rows(conn, name, sql) == (0, 0), f"{name} {when}"
 
 
+@pytest.mark.slow
 def test_preloaded_group_bys_equal_their_queries(pg_dsn, tmp_path, monkeypatch, caplog):
     rng = random.Random(11)
     queries: list[str] = []

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import psycopg
+import pytest
 
 from engine import Engine
 from engine.engine_names import PUBLICATION, SLOT
@@ -24,6 +25,7 @@ def _slot_holder(conn) -> int | None:
     return None if row is None else row[0]
 
 
+@pytest.mark.slow
 def test_the_last_drop_ends_a_backend_still_holding_the_slot(pg_dsn, tmp_path):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")

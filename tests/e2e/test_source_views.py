@@ -39,6 +39,7 @@ def _phase(eng: Engine) -> dict[str, tuple[str, str | None]]:
     return {s.name: (s.phase, s.last_error) for s in eng.list_views()}
 
 
+@pytest.mark.slow
 def test_views_over_postgres_views_equal_their_queries_and_notice_redefinitions(pg_dsn, tmp_path):
     rng = random.Random(5)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

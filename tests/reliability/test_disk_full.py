@@ -63,6 +63,7 @@ def _status(engine):
     return {s.name: (s.phase, s.last_error) for s in engine.list_views()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_full_state_disk_is_an_error_phase_then_recovers(
     request, runner, pg_conn, pg_dsn, small_disk

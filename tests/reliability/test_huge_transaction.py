@@ -94,6 +94,7 @@ def test_huge_transactions_are_applied_in_bounded_chunks(pg_dsn, tmp_path):
         assert {s.phase for s in eng.list_views()} == {"running"}
 
 
+@pytest.mark.slow
 def test_a_failure_in_the_middle_of_a_huge_transaction_leaves_nothing_half_applied(
     pg_dsn, tmp_path
 ):

@@ -56,6 +56,7 @@ def _open(pg_dsn, state_dir, runner="local", *, create=False):
     return engine
 
 
+@pytest.mark.slow
 def test_a_bug_in_an_operator_repopulates_the_view(pg_conn, pg_dsn, state_dir, failing_reduce):
     _setup(pg_conn)
     with _open(pg_dsn, state_dir, create=True) as engine:
@@ -78,6 +79,7 @@ def test_a_bug_in_an_operator_repopulates_the_view(pg_conn, pg_dsn, state_dir, f
         assert _status(engine)["totals"][0] == "running"
 
 
+@pytest.mark.slow
 def test_a_view_failing_every_time_ends_in_error(pg_conn, pg_dsn, state_dir, failing_reduce):
     _setup(pg_conn)
     with _open(pg_dsn, state_dir, create=True) as engine:

@@ -127,6 +127,7 @@ def _assert_equal(conn: psycopg.Connection, views: dict[str, str], when: str) ->
         assert diff_rows(conn, name, sql) == (0, 0), f"{name} {when}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_views_over_partitions_and_children_equal_their_queries(pg_dsn, tmp_path, request, runner):
     rng = random.Random(9)
@@ -160,6 +161,7 @@ def _last_error(eng: Engine, name: str) -> str | None:
     return next(s.last_error for s in eng.list_views() if s.name == name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_partitions_attached_detached_created_while_running(
     pg_dsn, tmp_path, caplog, request, runner

@@ -65,6 +65,7 @@ def _reasons(eng):
     return {s.name: (s.phase, s.last_error or "") for s in eng.list_views()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path, request, runner):
     state = tmp_path / "state"
@@ -108,6 +109,7 @@ def test_dropped_slot_repopulates_the_views(pg_dsn, tmp_path, request, runner):
                 assert "re-populated" in why and "re-created or restored" in why
 
 
+@pytest.mark.slow
 def test_incview_run_repairs_a_dropped_slot(pg_dsn, tmp_path):
     state = tmp_path / "state"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

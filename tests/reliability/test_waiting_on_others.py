@@ -45,6 +45,7 @@ def _left_behind(conn, state_dir) -> dict[str, object]:
 NOTHING = {"slot": 0, "publication": 0, "catalog rows": 0, "result table": False, "state": []}
 
 
+@pytest.mark.slow
 def test_an_idle_transaction_is_named_and_the_wait_ends(pg_conn, pg_dsn, state_dir, caplog):
     _setup(pg_conn)
     idle = psycopg.connect(pg_dsn)  # not autocommit: stays idle in its transaction
@@ -91,6 +92,7 @@ def test_a_blocker_that_ends_in_time_only_delays(pg_conn, pg_dsn, state_dir):
         idle.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_population_blocked_by_a_table_lock_gives_up(pg_conn, pg_dsn, state_dir, request, runner):
     """A second view on a published table: its population waits for a session holding an

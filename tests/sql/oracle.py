@@ -446,7 +446,7 @@ def run_oracle(
     try:
         for t in range(1, batches + 1):
             diffs: dict[str, list] = {name: [] for name in specs}
-            with conn.transaction(), conn.cursor() as cur:
+            with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
                 if t == 1:
                     for name, m in models.items():
                         for _ in range(m.spec.initial):

@@ -1119,6 +1119,7 @@ def oracle_conn(oracle_dsn):
         yield conn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sql", QUERIES)
 def test_view_matches_postgres(sql, oracle_conn, tmp_path):
     seed = zlib.crc32(sql.encode())
@@ -1126,6 +1127,17 @@ def test_view_matches_postgres(sql, oracle_conn, tmp_path):
         oracle_conn, sql, seed, tmp_path / "state", batches=14, changes=36, reopen_every=7
     )
     assert report.batches == 14
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_view_matches_postgres_briefly(sql, oracle_conn, tmp_path):
+    """The fast inner loop's run of every view: population, three batches and a reopen (the
+    full run above, 14 batches, is slow)."""
+    seed = zlib.crc32(sql.encode()) + 1
+    report = run_oracle(
+        oracle_conn, sql, seed, tmp_path / "state", batches=3, changes=36, reopen_every=2
+    )
+    assert report.batches == 3
 
 
 def test_oracle_catches_a_wrong_view(oracle_conn, tmp_path, monkeypatch):

@@ -258,6 +258,7 @@ def test_negative_counts_across_times(tmp_path, spec):
     drive(tmp_path, 50 + spec, negative=True, **PER_PARTITION[spec])
 
 
+@pytest.mark.slow
 def test_large_slack_and_no_cache(tmp_path):
     """No head stays in memory (every time reads heads from state); a slack of 8."""
     drive(tmp_path / "a", 7, cache_bytes=0, slack=8, **PER_PARTITION[0])
