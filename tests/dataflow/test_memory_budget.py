@@ -88,15 +88,63 @@ def test_a_smaller_share_evicts_and_the_data_stays(tmp_path):
         entries.resize(64 << 10)
         groups.resize(64 << 10)
         heads.resize(200_000)
-        assert entries.cached_entries == 0 and groups.cached_groups == 0
         assert groups.max_groups == 1024  # the least a group table holds
-        assert 0 < heads.cached_partitions < 2000 and heads._bytes <= 200_000
+        # a smaller budget (given from any thread) is applied at each cache's next read, in the
+        # thread that uses it: nothing has left yet
+        assert (entries.cached_entries, groups.cached_groups, heads.cached_partitions) == (
+            2000,
+            2000,
+            2000,
+        )
         # the newest partitions stay (first in, first out)
         assert heads.get_many([keys[-1]])[0] is not None and heads.get_many(keys[:1]) == [None]
+        assert 0 < heads.cached_partitions < 2000 and heads._bytes <= 200_000
         # reads come from the committed state
         assert entries.get_many(keys[:2]) == [b"v" * 100] * 2
         found, present = groups.fetch(keys[-3:])
         assert found["count"].tolist() == [1998, 1999, 2000] and present.all()
+        assert entries.cached_entries == 0 and groups.cached_groups == 0
+
+
+def test_a_smaller_budget_between_a_read_and_its_write_keeps_every_record(tmp_path):
+    """A budget re-divides its part when another view's store opens or closes, from that
+    view's thread, at any moment of this one's time: between a group table's ``fetch`` and
+    its ``store``, or an entry cache's ``get_many`` and ``put_many``. The records stay each
+    their own group's (the group table once wrote the fetched groups' records into the slots
+    it had just handed to the time's new groups), and the smaller budget holds from the next
+    read on."""
+    with StateStore(tmp_path / "s") as store:
+        groups = GroupTable(store.table("g", "point"), DTYPE, 64 * MB)
+        entries = EntryCache(store.table("e", "point"), 64 * MB)
+        old = [b"k%05d" % i for i in range(3000)]
+        records, _ = groups.fetch(old)
+        records["count"] = np.arange(3000)
+        groups.store(old, records, np.ones(3000, bool))
+        entries.get_many(old)
+        entries.put_many(old, [b"%d" % i for i in range(3000)])
+        store.commit(1)
+
+        keys = [b"n%05d" % i for i in range(100)] + old[:50]  # new groups, then cached ones
+        records, present = groups.fetch(keys)
+        assert present.tolist() == [False] * 100 + [True] * 50
+        values = entries.get_many(keys)
+        groups.resize(1 * MB)  # another view's store opens
+        entries.resize(64 << 10)
+        records["count"] += 1000
+        groups.store(keys, records, np.ones(len(keys), bool))
+        entries.put_many(keys, [b"new " + (v or b"") for v in values])
+        store.commit(2)
+
+        again, present = groups.fetch(keys)
+        assert present.all() and again["count"].tolist() == records["count"].tolist()
+        assert groups.cached_groups == 0 and groups.max_groups == MB // (DTYPE.itemsize + 120)
+        assert entries.get_many(keys) == [b"new "] * 100 + [b"new %d" % i for i in range(50)]
+        assert entries.cached_entries == 0
+        records["count"] += 1  # and the cache works on at its new size
+        groups.store(keys, records, np.ones(len(keys), bool))
+        store.commit(3)
+        assert groups.cached_groups == len(keys)
+        assert groups.fetch(keys)[0]["count"].tolist() == records["count"].tolist()
 
 
 def _fill(store: StateStore, name: str, megabytes: int) -> None:

@@ -42,6 +42,8 @@ class GroupTable:
         self._fetched = np.empty(0, dtype=np.int64)  # slots of the keys of the last fetch
         self._free: list[int] = []
         self._next = 0  # slots handed out so far (free or in use)
+        self._shrinks = 0  # smaller budgets given (``resize``, any thread)
+        self._shrunk = 0  # of those, the ones this cache's own thread has applied
         table.store.add_cache(self)
         self._recurring = False  # whether the last fetch found most of its groups
         self.gate = HitRateGate()
@@ -51,6 +53,9 @@ class GroupTable:
     def fetch(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """(records, present) of a batch of groups: each key's committed record (absent keys
         read as zeros). The next ``store`` must be for the same keys."""
+        if self._shrunk != self._shrinks:  # a smaller budget: applied here, between times
+            self._shrunk = self._shrinks
+            self.clear()
         filling = self.table.filling
         n = len(keys)
         if filling:
@@ -150,11 +155,14 @@ class GroupTable:
         self._next = 0
 
     def resize(self, cache_bytes: int) -> None:
-        """A new byte budget; a smaller one empties the cache (its record array, sized for
-        the old budget, goes with it)."""
+        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
+        views' stores open and close); a smaller one empties the cache at its next ``fetch``,
+        in the thread that uses it (its record array, sized for the old budget, goes with it):
+        emptied between a ``fetch`` and its ``store``, the fetched slots would be written into
+        the new array, over the slots handed to the time's new groups."""
         groups = self._groups_in(cache_bytes)
         if groups < self.max_groups:
-            self.clear()
+            self._shrinks += 1
         self.max_groups = groups
 
     def _groups_in(self, cache_bytes: int) -> int:

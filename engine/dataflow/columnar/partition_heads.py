@@ -146,6 +146,7 @@ class HeadCache:
     def get_many(
         self, prefixes: list[bytes]
     ) -> list[tuple[bytes | None, bytes | None, int] | None]:
+        self._evict()  # a smaller budget (``resize``) is applied here, in the cache's own thread
         return list(map(self._entries.get, prefixes))
 
     def put_many(
@@ -189,9 +190,11 @@ class HeadCache:
         self._bytes = 0
 
     def resize(self, cache_bytes: int) -> None:
-        """A new byte budget: the oldest partitions go until the cache fits it."""
+        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
+        views' stores open and close): the oldest partitions go until the cache fits it, at
+        its next ``get_many`` or ``put_many``, in the thread that uses it (evicting here could
+        change the dicts while that thread walks them)."""
         self.cache_bytes = cache_bytes
-        self._evict()
 
     @property
     def cached_partitions(self) -> int:

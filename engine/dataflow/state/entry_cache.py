@@ -43,6 +43,8 @@ class EntryCache:
         self._young: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes | None] = {}
         self._young_bytes = 0  # the young entries' values and overhead (rewrites counted twice)
+        self._shrinks = 0  # smaller budgets given (``resize``, any thread)
+        self._shrunk = 0  # of those, the ones this cache's own thread has applied
         table.store.add_cache(self)
         self.hits = 0
         self.misses = 0
@@ -53,6 +55,9 @@ class EntryCache:
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Each key's value (None: absent), from the cache or one read of the misses."""
+        if self._shrunk != self._shrinks:  # a smaller budget: applied here, between times
+            self._shrunk = self._shrinks
+            self.clear()
         if self.table.filling:
             self.gate.reset()
         elif self.gate.aside:
@@ -148,10 +153,13 @@ class EntryCache:
         self._young_bytes = 0
 
     def resize(self, cache_bytes: int) -> None:
-        """A new byte budget; a smaller one empties the cache (the older generation's size is
-        not kept, so nothing less is known to fit)."""
+        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
+        views' stores open and close); a smaller one empties the cache at its next
+        ``get_many``, in the thread that uses it (the older generation's size is not kept, so
+        nothing less is known to fit): emptied here, it could lose what a read of the time in
+        progress found and its put is about to rewrite."""
         if cache_bytes < self.cache_bytes:
-            self.clear()
+            self._shrinks += 1
         self.cache_bytes = cache_bytes
 
     @property

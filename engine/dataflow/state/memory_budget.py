@@ -14,6 +14,8 @@ their collections. A budget of ``total_bytes`` is shared instead:
   two tables, 6 MB written to each, kept 27 MB in memtables under its 8 MB limit.)
 * the rest goes to the collections' caches, in equal shares (``cache_share``): every cache a
   store registers (``StateStore.add_cache``) is resized when one is added or its store closes.
+  That happens in the thread of the view whose store opens or closes, so ``resize`` only sets a
+  cache's bound: a smaller one takes effect at the cache's next read, in its own thread.
 
 What it does not bound: the data of a time in flight (``max_buffered_changes`` bounds a huge
 transaction's), Python's and the libraries' own memory, RocksDB's table readers, and the page
