@@ -2,7 +2,9 @@
 
 Unset or 0: no engine-wide budget (each view's state keeps its own caches: see
 ``engine.dataflow.state.memory_budget``); a number of megabytes (at least 32): one
-``MemoryBudget`` of that size for every view this engine opens.
+``MemoryBudget`` of that size for every view this engine opens. Its collections' caches share it
+by use; ``INCVIEW_BUDGET_SHARES=equal`` gives them equal parts instead (what it did before
+2026-12-01: for comparisons, ``bench.memory_budget``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from engine.dataflow.state.memory_budget import MIN_BYTES, MemoryBudget
 
 MEMORY_MB_ENV = "INCVIEW_MEMORY_MB"
+SHARES_ENV = "INCVIEW_BUDGET_SHARES"
 
 
 def memory_budget_setting(value: int | None) -> MemoryBudget | None:
@@ -22,7 +25,12 @@ def memory_budget_setting(value: int | None) -> MemoryBudget | None:
     (True, 64)
     """
     mb = memory_mb_setting(value)
-    return MemoryBudget(mb << 20) if mb else None
+    if not mb:
+        return None
+    shares = os.environ.get(SHARES_ENV, "use").strip() or "use"
+    if shares not in ("use", "equal"):
+        raise ValueError(f"{SHARES_ENV} must be 'use' or 'equal', not {shares!r}")
+    return MemoryBudget(mb << 20, by_use=shares == "use")
 
 
 def memory_mb_setting(value: int | str | None, source: str = "memory_mb") -> int:

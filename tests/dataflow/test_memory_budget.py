@@ -13,10 +13,16 @@ import pytest
 
 from engine.dataflow.columnar.group_table import GroupTable
 from engine.dataflow.columnar.partition_heads import HeadCache
+from engine.dataflow.state import hit_rate_gate
 from engine.dataflow.state.entry_cache import EntryCache
-from engine.dataflow.state.memory_budget import MIN_CACHE_SHARE, MemoryBudget
+from engine.dataflow.state.memory_budget import MIN_CACHE_SHARE, MemoryBudget, fair_shares
 from engine.dataflow.state.store import StateStore
-from engine.memory_setting import MEMORY_MB_ENV, memory_budget_setting, memory_mb_setting
+from engine.memory_setting import (
+    MEMORY_MB_ENV,
+    SHARES_ENV,
+    memory_budget_setting,
+    memory_mb_setting,
+)
 
 DTYPE = np.dtype([("count", "<i8"), ("sum", "<i8")])
 MB = 1 << 20
@@ -128,7 +134,7 @@ def test_a_smaller_budget_between_a_read_and_its_write_keeps_every_record(tmp_pa
         records, present = groups.fetch(keys)
         assert present.tolist() == [False] * 100 + [True] * 50
         values = entries.get_many(keys)
-        groups.resize(1 * MB)  # another view's store opens
+        groups.resize(64 << 10)  # another view's store opens: too small for what they hold
         entries.resize(64 << 10)
         records["count"] += 1000
         groups.store(keys, records, np.ones(len(keys), bool))
@@ -137,7 +143,7 @@ def test_a_smaller_budget_between_a_read_and_its_write_keeps_every_record(tmp_pa
 
         again, present = groups.fetch(keys)
         assert present.all() and again["count"].tolist() == records["count"].tolist()
-        assert groups.cached_groups == 0 and groups.max_groups == MB // (DTYPE.itemsize + 120)
+        assert groups.cached_groups == 0 and groups.max_groups == 1024
         assert entries.get_many(keys) == [b"new "] * 100 + [b"new %d" % i for i in range(50)]
         assert entries.cached_entries == 0
         records["count"] += 1  # and the cache works on at its new size
@@ -210,5 +216,119 @@ def test_the_setting(monkeypatch):
     for bad in (-5, 31, True, 64.0):
         with pytest.raises(ValueError, match="memory_mb must be a whole number of megabytes"):
             memory_mb_setting(bad)
+    monkeypatch.delenv(SHARES_ENV, raising=False)
+    assert memory_budget_setting(64).by_use
+    monkeypatch.setenv(SHARES_ENV, "equal")
+    assert not memory_budget_setting(64).by_use
+    monkeypatch.setenv(SHARES_ENV, "fair")
+    with pytest.raises(ValueError, match=f"{SHARES_ENV} must be 'use' or 'equal', not 'fair'"):
+        memory_budget_setting(64)
+
+
+def test_equal_shares_when_asked(tmp_path):
+    budget = MemoryBudget(64 * MB, by_use=False)
+    with StateStore(tmp_path / "s", budget=budget) as store:
+        busy, idle = EntryCache(store.table("b", "point")), EntryCache(store.table("i", "point"))
+        _use(busy, "busy", 0.8 * budget.caches_bytes / 2 / MB)
+        budget.rebalance()
+        assert busy.cache_bytes == idle.cache_bytes == budget.cache_share
     with pytest.raises(ValueError, match="at least 32 MB"):
         MemoryBudget(16 * MB)
+
+
+def test_fair_shares_meet_small_demands_and_split_the_rest():
+    assert fair_shares([None, None], 100) == [50, 50]
+    # 5 is under an equal part of what is left: met; 100 is not: it splits the rest
+    assert fair_shares([None, 5, 100, None], 100) == [31, 5, 31, 31]
+    assert fair_shares([30, 30, None], 100) == [30, 30, 40]
+    assert fair_shares([40, 40, None], 100) == [33, 33, 33]
+    # every demand met: what is left over goes to all
+    assert fair_shares([10, 20, 30], 90) == [20, 30, 40]
+    assert fair_shares([], 100) == []
+
+
+def _use(cache: EntryCache, name: str, megabytes: float) -> None:
+    """Write ``megabytes`` of 1 kB values through ``cache``, 1 MB at a time (as a collection
+    does, time after time: read, then write the keys)."""
+    keys = [b"%s-%07d" % (name.encode(), i) for i in range(int(megabytes * 1024))]
+    for at in range(0, len(keys), 1024):
+        cache.get_many(keys[at : at + 1024])
+        cache.put_many(keys[at : at + 1024], [b"v" * 1024] * len(keys[at : at + 1024]))
+
+
+def test_caches_that_fill_their_shares_get_what_idle_ones_do_not_use(tmp_path, monkeypatch):
+    budget = MemoryBudget(64 * MB)
+    part = budget.caches_bytes
+    with (
+        StateStore(tmp_path / "a", budget=budget) as a,
+        StateStore(tmp_path / "b", budget=budget) as b,
+    ):
+        busy, small, idle = (
+            EntryCache(a.table("busy", "point")),
+            EntryCache(b.table("small", "point")),
+            EntryCache(b.table("idle", "point")),
+        )
+        assert {c.cache_bytes for c in (busy, small, idle)} == {part // 3}  # new: equal parts
+        _use(busy, "busy", 0.8 * part / 3 / MB)  # fills its share
+        _use(small, "small", 0.1)
+        a.commit(1), b.commit(1)
+        held = small.cached_entries
+        budget.rebalance()
+        # the idle caches keep twice what they hold (at least the least share), the busy one
+        # takes the rest; nothing cached is lost (a cache given twice what it holds keeps it)
+        assert small.cache_bytes == max(MIN_CACHE_SHARE, 2 * small.used_bytes)
+        assert idle.cache_bytes == MIN_CACHE_SHARE
+        assert busy.cache_bytes == part - small.cache_bytes - idle.cache_bytes
+        small.get_many([b"small-0000000"])
+        assert small.cached_entries == held > 0 and busy.cached_entries > 0
+
+        _use(small, "small", 0.9)  # the small one fills its share too: the two split the part
+        b.commit(2)
+        monkeypatch.setattr("engine.dataflow.state.memory_budget.REBALANCE_S", 0.0)
+        b.commit(3)  # a commit re-divides, once the last re-division is old enough
+        assert small.cache_bytes == busy.cache_bytes == (part - MIN_CACHE_SHARE) // 2
+        assert budget.share_of(small) == small.cache_bytes
+
+        a.drop_caches(), b.drop_caches()  # none holds anything: equal parts again
+        budget.rebalance()
+        assert {c.cache_bytes for c in (busy, small, idle)} == {budget.cache_share}
+
+
+def test_a_cache_set_aside_while_full_is_tried_again_with_more(tmp_path, monkeypatch):
+    """Too small for its keys, a cache misses, evicts and its hit-rate gate sets it aside; the
+    budget then gives it more (if it can) and it comes back at once, its first window after that
+    not judged (a window as long as one pass over its keys), and keeps what it finds."""
+    monkeypatch.setattr(hit_rate_gate, "WINDOW_KEYS", 4096)
+    budget = MemoryBudget(64 * MB)
+    with StateStore(tmp_path / "s", budget=budget) as store:
+        cache, other = EntryCache(store.table("c", "point")), EntryCache(store.table("o", "point"))
+        cache.resize(MIN_CACHE_SHARE)  # as if its share had been cut: 1 MB for 4 MB of keys
+        for _ in range(3):
+            _use(cache, "c", 4)
+        assert cache.gate.aside and cache.wants_more_than == MIN_CACHE_SHARE
+        budget.rebalance()  # wants more than it had: the part but the idle one's 1 MB
+        assert cache.cache_bytes == budget.caches_bytes - MIN_CACHE_SHARE == budget.share_of(cache)
+        assert not cache.gate.aside and other.cache_bytes == MIN_CACHE_SHARE
+        for _ in range(3):
+            _use(cache, "c", 4)
+        assert not cache.gate.aside and cache.hits >= 2 * 4 * 1024
+
+        other.resize(MIN_CACHE_SHARE // 4)  # 256 kB for 1 MB of keys
+        for _ in range(6):
+            _use(other, "o", 1)
+        assert other.gate.aside and other.wants_more_than == MIN_CACHE_SHARE // 4
+        budget.rebalance()
+        assert not other.gate.aside and other.cache_bytes > MIN_CACHE_SHARE
+
+
+def test_a_cache_set_aside_that_held_everything_asks_for_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(hit_rate_gate, "WINDOW_KEYS", 2048)
+    budget = MemoryBudget(64 * MB)
+    with StateStore(tmp_path / "s", budget=budget) as store:
+        cache = EntryCache(store.table("c", "point"))
+        for i in range(3):  # new keys every time: nothing found, nothing evicted
+            _use(cache, f"c{i}", 1)
+        assert cache.gate.aside and cache.wants_more_than is None
+        EntryCache(store.table("busy", "point"))  # another cache comes
+        budget.rebalance()
+        assert cache.gate.aside and cache.cache_bytes == budget.cache_share

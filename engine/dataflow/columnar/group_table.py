@@ -24,7 +24,7 @@ from itertools import islice, repeat
 import numpy as np
 
 from engine.dataflow.columnar import kernels as K
-from engine.dataflow.state.hit_rate_gate import HitRateGate
+from engine.dataflow.state.hit_rate_gate import HitRateGate, retried
 from engine.dataflow.state.store import StateTable
 from engine.dataflow.state.written_keys import mostly_known
 
@@ -44,10 +44,13 @@ class GroupTable:
         self._next = 0  # slots handed out so far (free or in use)
         self._shrinks = 0  # smaller budgets given (``resize``, any thread)
         self._shrunk = 0  # of those, the ones this cache's own thread has applied
-        table.store.add_cache(self)
+        self._evicted = False  # whether it dropped groups since it was emptied or resized
+        #: the groups it held at most when set aside while full (too small to pay?), else None
+        self._aside_full_at: int | None = None
         self._recurring = False  # whether the last fetch found most of its groups
         self.gate = HitRateGate()
         self._found = 0  # groups the last fetch found in the cache (judged at its store)
+        table.store.add_cache(self)  # last: the budget sizes it at once
 
     # -- reads ------------------------------------------------------------------------------------
     def fetch(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +58,8 @@ class GroupTable:
         read as zeros). The next ``store`` must be for the same keys."""
         if self._shrunk != self._shrinks:  # a smaller budget: applied here, between times
             self._shrunk = self._shrinks
-            self.clear()
+            if len(self._slot) > self.max_groups:
+                self.clear()
         filling = self.table.filling
         n = len(keys)
         if filling:
@@ -125,6 +129,7 @@ class GroupTable:
             and not self.gate.aside
             and self.gate.judge(len(keys), self._found)
         ):
+            self._aside_full_at = self.max_groups if self._evicted else None
             self.clear()  # (judged here, after this time's slots were used)
 
     # -- the cache --------------------------------------------------------------------------------
@@ -147,23 +152,37 @@ class GroupTable:
         victims = list(islice(iter(self._slot), excess))
         for k in victims:
             self._free.append(self._slot.pop(k))
+        self._evicted = True
 
     def clear(self) -> None:
+        self._evicted = False
         self._slot.clear()
         self._records = np.zeros(1024, dtype=self.dtype)  # the cache's memory goes too
         self._free = []
         self._next = 0
 
     def resize(self, cache_bytes: int) -> None:
-        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
-        views' stores open and close); a smaller one empties the cache at its next ``fetch``,
-        in the thread that uses it (its record array, sized for the old budget, goes with it):
-        emptied between a ``fetch`` and its ``store``, the fetched slots would be written into
-        the new array, over the slots handed to the time's new groups."""
+        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as views
+        come and go and as their use changes); a smaller one that cannot hold the cached groups
+        empties the cache at its next ``fetch``, in the thread that uses it (its record array,
+        sized for the old budget, goes with it): emptied between a ``fetch`` and its ``store``,
+        the fetched slots would be written into the new array, over the slots handed to the
+        time's new groups."""
         groups = self._groups_in(cache_bytes)
         if groups < self.max_groups:
             self._shrinks += 1
+        elif retried(self.gate, self.max_groups, groups, self._aside_full_at):
+            self.gate.reset(warm=True)  # judged afresh at its new size
         self.max_groups = groups
+        self._evicted = False  # whether it fills the new one: seen from now on
+
+    @property
+    def wants_more_than(self) -> int | None:
+        """The budget it was set aside at while full (``HitRateGate``: it may pay with more),
+        while it is aside; else None."""
+        if self._aside_full_at is None or not self.gate.aside:
+            return None
+        return self._aside_full_at * (self.dtype.itemsize + _ENTRY_OVERHEAD)
 
     def _groups_in(self, cache_bytes: int) -> int:
         return max(1024, cache_bytes // (self.dtype.itemsize + _ENTRY_OVERHEAD))
@@ -171,3 +190,11 @@ class GroupTable:
     @property
     def cached_groups(self) -> int:
         return len(self._slot)
+
+    @property
+    def used_bytes(self) -> int:
+        """What the cache holds now, as its budget counts it (``MemoryBudget``'s demand): all of
+        its budget once it dropped groups to keep within it (since it was emptied or resized)."""
+        if self._evicted:
+            return self.max_groups * (self.dtype.itemsize + _ENTRY_OVERHEAD)
+        return len(self._slot) * (self.dtype.itemsize + _ENTRY_OVERHEAD)

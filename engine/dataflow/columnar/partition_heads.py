@@ -141,6 +141,7 @@ class HeadCache:
         self._entries: dict[bytes, tuple[bytes | None, bytes | None, int]] = {}
         self._sizes: dict[bytes, int] = {}
         self._bytes = 0
+        self._evicted = False  # whether it dropped partitions since it was emptied or resized
         store.add_cache(self)
 
     def get_many(
@@ -183,11 +184,13 @@ class HeadCache:
         for p in victims:
             del self._entries[p]
             self._bytes -= self._sizes.pop(p)
+        self._evicted = True
 
     def clear(self) -> None:
         self._entries.clear()
         self._sizes.clear()
         self._bytes = 0
+        self._evicted = False
 
     def resize(self, cache_bytes: int) -> None:
         """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
@@ -195,10 +198,22 @@ class HeadCache:
         its next ``get_many`` or ``put_many``, in the thread that uses it (evicting here could
         change the dicts while that thread walks them)."""
         self.cache_bytes = cache_bytes
+        self._evicted = False  # whether it fills the new one: seen from now on
 
     @property
     def cached_partitions(self) -> int:
         return len(self._entries)
+
+    @property
+    def used_bytes(self) -> int:
+        """What the cache holds now, as its budget counts it (``MemoryBudget``'s demand): all of
+        its budget once it dropped partitions to keep within it (since emptied or resized)."""
+        return self.cache_bytes if self._evicted else self._bytes
+
+    @property
+    def wants_more_than(self) -> int | None:
+        """None: a head cache is never set aside (``MemoryBudget``'s protocol)."""
+        return None
 
 
 def _len(value: bytes | None) -> int:

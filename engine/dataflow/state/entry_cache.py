@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 
-from engine.dataflow.state.hit_rate_gate import HitRateGate
+from engine.dataflow.state.hit_rate_gate import HitRateGate, retried
 from engine.dataflow.state.store import StateTable
 from engine.dataflow.state.written_keys import mostly_known
 
@@ -43,21 +43,26 @@ class EntryCache:
         self._young: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes | None] = {}
         self._young_bytes = 0  # the young entries' values and overhead (rewrites counted twice)
+        self._old_bytes = 0  # the same of the old generation, when it turned old
+        self._evicted = False  # whether it dropped entries since it was emptied or resized
+        #: the budget it was set aside at while full (too small to pay?), else None
+        self._aside_full_at: int | None = None
         self._shrinks = 0  # smaller budgets given (``resize``, any thread)
         self._shrunk = 0  # of those, the ones this cache's own thread has applied
-        table.store.add_cache(self)
         self.hits = 0
         self.misses = 0
         self._recurring = True  # whether the last get_many found most of its keys (filling)
         #: whether the last get_many found none of its keys cached, nothing remembered since
         self._none_cached = False
         self.gate = HitRateGate()
+        table.store.add_cache(self)  # last: the budget sizes it at once
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Each key's value (None: absent), from the cache or one read of the misses."""
         if self._shrunk != self._shrinks:  # a smaller budget: applied here, between times
             self._shrunk = self._shrinks
-            self.clear()
+            if self.used_bytes > self.cache_bytes or self._young_bytes > self.cache_bytes // 2:
+                self.clear()
         if self.table.filling:
             self.gate.reset()
         elif self.gate.aside:
@@ -94,6 +99,7 @@ class EntryCache:
         if self.table.filling:
             self._recurring = mostly_known(len(keys) - out.count(None), len(keys))
         elif self.gate.judge(len(keys), hits):
+            self._aside_full_at = self.cache_bytes if self._evicted else None
             self.clear()
 
     def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
@@ -134,14 +140,18 @@ class EntryCache:
         half = self.cache_bytes // 2
         size += len(keys) * _ENTRY_OVERHEAD
         if size > half:  # the write alone fills a generation: keep its newest entries only
+            self._evicted = True
             n = len(keys)
             keep = max(0, int(n * half / size))
             self._old = {}
+            self._old_bytes = 0
             self._young = dict(zip(keys[n - keep :], values[n - keep :], strict=True))
             self._young_bytes = size * keep // n
             return
         if self._young_bytes + size > half:
+            self._evicted = self._evicted or bool(self._old)
             self._old = self._young
+            self._old_bytes = self._young_bytes
             self._young = {}
             self._young_bytes = 0
         self._young.update(zip(keys, values, strict=True))
@@ -151,16 +161,35 @@ class EntryCache:
         self._young = {}
         self._old = {}
         self._young_bytes = 0
+        self._old_bytes = 0
+        self._evicted = False
+
+    @property
+    def used_bytes(self) -> int:
+        """What the cache holds now, as its budget counts it (``MemoryBudget``'s demand): all of
+        its budget once it dropped entries to keep within it (since it was emptied or resized)."""
+        if self._evicted:
+            return self.cache_bytes
+        return self._young_bytes + self._old_bytes
 
     def resize(self, cache_bytes: int) -> None:
-        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as other
-        views' stores open and close); a smaller one empties the cache at its next
-        ``get_many``, in the thread that uses it (the older generation's size is not kept, so
-        nothing less is known to fit): emptied here, it could lose what a read of the time in
-        progress found and its put is about to rewrite."""
+        """A new byte budget, from any thread (``MemoryBudget`` re-divides its part as views
+        come and go and as their use changes); a smaller one that cannot hold what the cache
+        holds (both generations, or the young one in half of it) empties the cache at its
+        next ``get_many``, in the thread that uses it: emptied here, it could lose what a read
+        of the time in progress found and its put is about to rewrite."""
         if cache_bytes < self.cache_bytes:
             self._shrinks += 1
+        elif retried(self.gate, self.cache_bytes, cache_bytes, self._aside_full_at):
+            self.gate.reset(warm=True)  # judged afresh at its new size
         self.cache_bytes = cache_bytes
+        self._evicted = False  # whether it fills the new one: seen from now on
+
+    @property
+    def wants_more_than(self) -> int | None:
+        """The budget it was set aside at while full (``HitRateGate``: it may pay with more),
+        while it is aside; else None."""
+        return self._aside_full_at if self.gate.aside else None
 
     @property
     def cached_entries(self) -> int:

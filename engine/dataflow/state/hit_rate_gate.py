@@ -9,6 +9,10 @@ population: every ``WINDOW_KEYS`` keys, if under ``MIN_HIT_RATE`` of them were f
 (the cache then empties itself) and keeps the cache aside for the next ``BYPASS_KEYS`` keys read,
 during which the cache holds and takes nothing; then the cache starts again, empty, and is judged
 again. Because an aside cache is empty, no write that skips it can leave a stale value in it.
+When a memory budget gives a cache a bigger share (``retried``), the cache is judged afresh
+(``reset(warm=True)``), and the first window after that only warms it: started empty or small, a
+cache whose working set fits its new share was set aside again by that window
+(``bench.memory_budget --busy``: a view's join cache given 25 MB instead of 2.5 MB).
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ BYPASS_KEYS = 500_000
 
 
 class HitRateGate:
-    __slots__ = ("bypass", "_read", "_found")
+    __slots__ = ("bypass", "_read", "_found", "_cold")
 
     def __init__(self) -> None:
         self.bypass = 0  # keys still to read past the cache (> 0: it is aside)
         self._read = 0
         self._found = 0
+        self._cold = False  # the window under way only warms the cache: not judged
 
     @property
     def aside(self) -> bool:
@@ -45,12 +50,33 @@ class HitRateGate:
         self._found += found
         if self._read < WINDOW_KEYS:
             return False
-        poor = self._found < MIN_HIT_RATE * self._read
+        poor = self._found < MIN_HIT_RATE * self._read and not self._cold
         self._read = self._found = 0
+        self._cold = False
         if poor:
             self.bypass = BYPASS_KEYS
         return poor
 
-    def reset(self) -> None:
-        """In use again now (population fills the table: its reads are judged elsewhere)."""
+    def reset(self, warm: bool = False) -> None:
+        """In use again now (population fills the table: its reads are judged elsewhere); with
+        ``warm``, the next window is not judged (a bigger share, tried again)."""
         self.bypass = self._read = self._found = 0
+        self._cold = warm
+
+
+def retried(gate: HitRateGate, had: int, given: int, aside_full_at: int | None) -> bool:
+    """Whether a cache given a budget of ``given`` instead of ``had`` (bytes, or groups) is to be
+    judged afresh (``reset``): when its gate set it aside while it was full at a smaller size
+    (``aside_full_at``), or when its budget at least doubled (the window under way was of the
+    smaller size; one judged afresh at every smaller step might never end).
+
+    >>> gate = HitRateGate()
+    >>> retried(gate, 10, 15, None), retried(gate, 10, 20, None)
+    (False, True)
+    >>> gate.bypass = 5  # aside
+    >>> retried(gate, 10, 40, None), retried(gate, 10, 40, 10), retried(gate, 10, 40, 40)
+    (False, True, False)
+    """
+    if gate.aside:
+        return aside_full_at is not None and given > aside_full_at
+    return given >= 2 * had

@@ -12,10 +12,20 @@ their collections. A budget of ``total_bytes`` is shared instead:
   and a commit larger than a memtable still goes into one whole. (RocksDB's write buffer
   manager was measured first: it has only the database being written flush, so three stores of
   two tables, 6 MB written to each, kept 27 MB in memtables under its 8 MB limit.)
-* the rest goes to the collections' caches, in equal shares (``cache_share``): every cache a
-  store registers (``StateStore.add_cache``) is resized when one is added or its store closes.
-  That happens in the thread of the view whose store opens or closes, so ``resize`` only sets a
-  cache's bound: a smaller one takes effect at the cache's next read, in its own thread.
+* the rest goes to the collections' caches, divided by use (``fair_shares``): a cache that
+  holds under ``WANTING`` of its share (an idle view's, one whose hit-rate gate set it aside,
+  a small group-by's, a new one) is given twice what it holds (at least ``MIN_CACHE_SHARE``),
+  and what that leaves goes in equal parts to the caches that fill theirs (and to those their
+  hit-rate gate set aside while full, if that gives them more than they had: a bigger share
+  ends their time aside, they are tried again at once); while none does,
+  what is left over is spread over all (caches alike, new or emptied ones, get equal parts:
+  ``cache_share``). A share is never below twice what its cache holds, so a re-division by use
+  empties no cache. Every cache a store registers
+  (``StateStore.add_cache``) is given its share when one is added or its store closes, and the
+  shares are re-divided at most every ``REBALANCE_S`` seconds, at a store's commit. That runs
+  in whatever view's thread, so ``resize`` only sets a cache's bound: a smaller one takes
+  effect at the cache's next read, in its own thread, and empties it only if what it holds no
+  longer fits (a cache given twice what it holds keeps it all).
 
 What it does not bound: the data of a time in flight (``max_buffered_changes`` bounds a huge
 transaction's), Python's and the libraries' own memory, RocksDB's table readers, and the page
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -40,15 +51,61 @@ MIN_BYTES = 32 << 20
 MIN_CACHE_SHARE = 1 << 20
 #: memtables a table may hold: the one written, and two being flushed
 MEMTABLES = 3
+#: a cache holding this part of its share or more fills it: it may use more
+WANTING = 0.75
+#: the least time between two re-divisions of the caches' part by use
+REBALANCE_S = 1.0
 #: the least a memtable is given, however many tables share the budget (past
 #: ``write_buffer_bytes / (MEMTABLES * MIN_MEMTABLE)`` tables the memtables outgrow their part)
 MIN_MEMTABLE = 256 << 10
 
 
 class ResizableCache(Protocol):
-    """An in-memory cache with a byte budget that can change (``resize``)."""
+    """An in-memory cache with a byte budget that can change (``resize``, from any thread), and
+    what it holds now (``used_bytes``)."""
 
     def resize(self, cache_bytes: int) -> None: ...
+
+    @property
+    def used_bytes(self) -> int: ...
+
+    @property
+    def wants_more_than(self) -> int | None:
+        """Set aside as not paying while full: the budget it had then (a bigger one may pay)."""
+
+
+def fair_shares(demands: list[int | None], total: int) -> list[int]:
+    """Max-min fair shares of ``total`` for these demands (None: as much as it gets): the
+    smallest demands are met while they are below an equal part of what is left, the rest split
+    what remains equally; what the met demands leave over is spread over all.
+
+    >>> fair_shares([10, None, None], 100)
+    [10, 45, 45]
+    >>> fair_shares([10, 20], 100)
+    [45, 55]
+    """
+    n = len(demands)
+    if not n:
+        return []
+    shares = [0] * n
+    left = total
+    met = sorted((d, i) for i, d in enumerate(demands) if d is not None)
+    open_ = n
+    for d, i in met:
+        if d * open_ > left:
+            break
+        shares[i] = d
+        left -= d
+        open_ -= 1
+    if open_:
+        part = left // open_
+        for i in range(n):
+            if not shares[i]:
+                shares[i] = part
+    else:
+        extra = left // n
+        shares = [x + extra for x in shares]
+    return shares
 
 
 class MemtableHolder(Protocol):
@@ -63,13 +120,15 @@ class MemtableHolder(Protocol):
 class MemoryBudget:
     """``total_bytes`` for the state of every view that opens its store with this budget."""
 
-    def __init__(self, total_bytes: int) -> None:
+    def __init__(self, total_bytes: int, by_use: bool = True) -> None:
         if total_bytes < MIN_BYTES:
             raise ValueError(
                 f"a memory budget must be at least {MIN_BYTES >> 20} MB, not "
                 f"{total_bytes / (1 << 20):g} MB"
             )
         self.total_bytes = total_bytes
+        #: whether the caches' shares follow their use (else equal parts, as before 2026-12-01)
+        self.by_use = by_use
         self.block_cache_bytes = total_bytes // 8
         self.write_buffer_bytes = total_bytes // 4
         self.caches_bytes = total_bytes - self.block_cache_bytes - self.write_buffer_bytes
@@ -78,11 +137,18 @@ class MemoryBudget:
         self._stores: weakref.WeakSet[MemtableHolder] = weakref.WeakSet()
         self._sized = 0  # the memtable size the stores were given last
         self._lock = threading.RLock()  # stores open and close from the engine's threads
+        self._given: weakref.WeakKeyDictionary[ResizableCache, int] = weakref.WeakKeyDictionary()
+        self._rebalanced = time.monotonic()
 
     @property
     def cache_share(self) -> int:
-        """What each registered collection cache may hold now."""
+        """An equal part of the caches' part for each registered cache: what each is given
+        while none holds under ``WANTING`` of its share."""
         return max(MIN_CACHE_SHARE, self.caches_bytes // max(1, len(self._caches)))
+
+    def share_of(self, cache: ResizableCache) -> int | None:
+        """What ``cache`` was given last (None: not registered)."""
+        return self._given.get(cache)
 
     @property
     def caches(self) -> int:
@@ -121,10 +187,54 @@ class MemoryBudget:
             self._resize_caches()
             self._size_memtables()
 
+    def rebalance(self) -> None:
+        """Re-divide the caches' part by what each holds now (``fair_shares``)."""
+        with self._lock:
+            self._resize_caches()
+
+    def maybe_rebalance(self) -> None:
+        """``rebalance`` if the last re-division is ``REBALANCE_S`` old and no other thread is
+        at it (a store's commit calls this: cheap when it is not time)."""
+        if time.monotonic() - self._rebalanced < REBALANCE_S:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                self._resize_caches()
+            finally:
+                self._lock.release()
+
+    def _demand(self, cache: ResizableCache) -> int | None:
+        """What ``cache`` asks for: None (as much as it gets) when it fills its share or was set
+        aside while full, else twice what it holds (a new cache: what it holds, nothing yet)."""
+        given = self._given.get(cache)
+        used = cache.used_bytes
+        if (given is not None and used >= WANTING * given) or cache.wants_more_than is not None:
+            return None
+        return max(MIN_CACHE_SHARE, 2 * used)
+
     def _resize_caches(self) -> None:
-        share = self.cache_share
-        for c in list(self._caches):
-            c.resize(share)
+        self._rebalanced = time.monotonic()
+        caches = list(self._caches)
+        if self.by_use:
+            demands = [self._demand(c) for c in caches]
+            shares = fair_shares(demands, self.caches_bytes)
+            # a cache set aside while full asks for more only if it would get more than it had
+            futile = [
+                i
+                for i, c in enumerate(caches)
+                if (had := c.wants_more_than) is not None and shares[i] <= had
+            ]
+            if futile:
+                for i in futile:
+                    demands[i] = MIN_CACHE_SHARE
+                shares = fair_shares(demands, self.caches_bytes)
+        else:
+            shares = [self.cache_share] * len(caches)
+        for c, share in zip(caches, shares, strict=True):
+            share = max(MIN_CACHE_SHARE, share)
+            if self._given.get(c) != share:
+                self._given[c] = share
+                c.resize(share)
 
     def _size_memtables(self) -> None:
         size = self.memtable_size

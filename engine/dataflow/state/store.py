@@ -355,6 +355,8 @@ class StateStore:
         self._db.write(self._batch, self._write_options)
         self._batch = WriteBatch(raw_mode=True)
         self._staged = 0
+        if self._budget is not None:  # the caches' shares follow their use
+            self._budget.maybe_rebalance()
 
     def rollback(self) -> None:
         """Discard staged writes (the time is replayed from the committed state); the caches,
