@@ -26,9 +26,14 @@ chunks (all in one time, the transaction's end LSN) and the sink streams a spill
 Postgres, still in one Postgres transaction (``engine.applying``).
 
 Memory: ``memory_mb`` (or the environment variable ``INCVIEW_MEMORY_MB``; unset or 0: none) is
-one budget for the state of every view the engine opens: one RocksDB block cache, one write
-buffer manager for all memtables, and the collections' caches in equal shares
-(``engine.dataflow.state.memory_budget``). Without it each view's state has caches of its own.
+one budget for the state of every view the engine opens: one RocksDB block cache, the memtables
+of all views' tables sized within a quarter of it, and the collections' caches sharing the rest
+by use (``engine.dataflow.state.memory_budget``). Without it each view's state has caches of its
+own.
+
+Threads: the public calls may come from several threads (``run()`` in one, ``create_view`` or
+``list_views`` in another): they run one at a time (``engine.api_lock``), ``run()`` taking the
+lock for each poll.
 
 ``runner="spark"`` (the default) populates through a Spark batch job (parallel snapshot reads,
 ``engine.spark.population``) and runs each view as a Structured Streaming query
@@ -49,11 +54,13 @@ module orchestrates; it must not plan, decode or write SQL results itself.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import psycopg
 
+from engine.api_lock import serialized
 from engine.applying import ApplyMixin, buffered_changes_setting
 from engine.engine_names import (
     PUBLICATION,
@@ -108,6 +115,7 @@ class Engine(
     ) -> None:
         if runner not in ("local", "spark"):
             raise ValueError(f"runner must be 'local' or 'spark', not {runner!r}")
+        self._api_lock = threading.RLock()  # one public call at a time (engine.api_lock)
         # the views whose state this process opens (None: all); others may run elsewhere
         self._only = None if views is None else set(views)
         self.spark_conf = dict(spark_conf or {})
@@ -168,6 +176,7 @@ class Engine(
             self.views.clear()
             raise
 
+    @serialized
     def close(self) -> None:
         for view in self.views.values():
             view.stop_stream()

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
+from engine.api_lock import serialized
 from engine.dataflow import preloaded_reduces
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.deferred_updates import deferred
@@ -224,6 +225,7 @@ class PopulationMixin:
         ) as batches:
             yield from batches
 
+    @serialized
     def repopulate(self, name: str) -> None:
         """Recovery: send view ``name`` back to population (fresh state and snapshot; the result
         table is corrected by difference). Its streaming job must not be running elsewhere."""

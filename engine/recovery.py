@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from engine.api_lock import serialized
 from engine.engine_names import REPOPULATE_MARKER, SLOT
 from engine.errors import ViewError
 from engine.outage import is_disk_full, is_outage
@@ -51,6 +52,7 @@ class RecoveryMixin:
             view.stop_stream()
             view.close()
 
+    @serialized
     def check_sources(self) -> dict[str, str]:
         """Compare every open view's sources with the database; break those that changed.
         Returns view name -> why, for every view broken so far."""
@@ -67,6 +69,7 @@ class RecoveryMixin:
                 self._break(view.name, drift)
         return dict(self.broken)
 
+    @serialized
     def check_slot(self) -> dict[str, str]:
         """Re-populate the open views whose changes the replication slot no longer holds (it
         was dropped, invalidated or re-created: ``engine.slot_guard``); the slot is re-created
@@ -175,6 +178,7 @@ class RecoveryMixin:
             self.reader.rewind(min(v.state_time for v in self.views.values()))
         return done
 
+    @serialized
     def check_partitions(self) -> dict[str, str]:
         """Re-populate the open views whose sources' partitions or inheritance children are not
         those their population read (an ATTACH, DETACH, DROP or CREATE ... PARTITION OF / a new

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from engine.api_lock import serialized
 from engine.engine_names import (
     POLL_CHANGES,
     POPULATION_TIME,
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 class RunningMixin:
     """The part of ``Engine`` described in the module docstring."""
 
+    @serialized
     def catch_up(self, timeout_s: float = 60) -> None:
         """Apply every change committed before this call to every view; return when done.
 
@@ -185,49 +187,50 @@ class RunningMixin:
             next_beat = 0.0
             while not stop.is_set():
                 try:
-                    if lost is not None:  # the database went away: open everything anew
-                        self._reopen()
-                        running = [self.views[n] for n in names if n in self.views]
-                        log.warning("the database is back; the views resume (%s)", lost)
-                        lost = None
-                        next_beat = 0.0
-                    if self.repair_due():
-                        running = [self.views[n] for n in names if n in self.views]
-                    if want_commander and commander is None:
-                        from engine.commander import Commander
+                    with self._api_lock:  # one poll: no other thread's call meanwhile
+                        if lost is not None:  # the database went away: open everything anew
+                            self._reopen()
+                            running = [self.views[n] for n in names if n in self.views]
+                            log.warning("the database is back; the views resume (%s)", lost)
+                            lost = None
+                            next_beat = 0.0
+                        if self.repair_due():
+                            running = [self.views[n] for n in names if n in self.views]
+                        if want_commander and commander is None:
+                            from engine.commander import Commander
 
-                        handoff = None if isinstance(commands, bool) else commands
-                        # it resumes the commands a crash interrupted
-                        commander = Commander(self, handoff)
-                        names = list(self.views) if every_view else names
-                        running = [self.views[n] for n in names if n in self.views]
-                    if commander is not None and commander.step():  # created/dropped views
-                        names = list(self.views) if every_view else names
-                        running = [self.views[n] for n in names if n in self.views]
-                        next_beat = 0.0
-                    if self.runner == "spark":
-                        self._start_streams(running)
-                    if running:  # (no view yet: waiting for CALL incview.create_view)
-                        self._run_once(running)
-                    if running and time.monotonic() >= next_beat:
-                        self.check_sources()
-                        self.check_slot()
-                        self.check_partitions()
-                        running = [v for v in running if v.name in self.views]
-                        status = {s.name: s for s in self.list_views() if s.name in names}
-                        for view in running:
-                            s = status.get(view.name)
-                            self.catalog.heartbeat(
-                                view.name,
-                                pid,
-                                host,
-                                s.lag_ms if s else None,
-                                rows=s.rows if s else None,
-                                state_bytes=s.state_bytes if s else None,
-                            )
-                        self._slot_keeper.request()  # also records the state LSNs of quiet views
-                        next_beat = time.monotonic() + heartbeat_s
-                    backoff.reset()
+                            handoff = None if isinstance(commands, bool) else commands
+                            # it resumes the commands a crash interrupted
+                            commander = Commander(self, handoff)
+                            names = list(self.views) if every_view else names
+                            running = [self.views[n] for n in names if n in self.views]
+                        if commander is not None and commander.step():  # created/dropped views
+                            names = list(self.views) if every_view else names
+                            running = [self.views[n] for n in names if n in self.views]
+                            next_beat = 0.0
+                        if self.runner == "spark":
+                            self._start_streams(running)
+                        if running:  # (no view yet: waiting for CALL incview.create_view)
+                            self._run_once(running)
+                        if running and time.monotonic() >= next_beat:
+                            self.check_sources()
+                            self.check_slot()
+                            self.check_partitions()
+                            running = [v for v in running if v.name in self.views]
+                            status = {s.name: s for s in self.list_views() if s.name in names}
+                            for view in running:
+                                s = status.get(view.name)
+                                self.catalog.heartbeat(
+                                    view.name,
+                                    pid,
+                                    host,
+                                    s.lag_ms if s else None,
+                                    rows=s.rows if s else None,
+                                    state_bytes=s.state_bytes if s else None,
+                                )
+                            self._slot_keeper.request()  # also records the state LSNs of quiet views
+                            next_beat = time.monotonic() + heartbeat_s
+                        backoff.reset()
                 except Exception as e:
                     if not is_outage(e) and self.check_slot():
                         continue  # the slot was dropped or re-created: views re-populated
@@ -240,21 +243,22 @@ class RunningMixin:
                     continue
                 stop.wait(self.trigger_ms / 1000.0 if self.runner == "local" else 0.2)
         finally:
-            for view in running:
-                view.stop_stream()
-            self._stop_shared_stream(only_if_idle=True)
-            try:
+            with self._api_lock:  # stopping: no other thread's call meanwhile
                 for view in running:
-                    self.catalog.stopped(view.name)
-                self._slot_keeper.flush()
-            except Exception as e:
-                if not is_outage(e):
-                    raise
-                log.warning("stopping while the database is unreachable: %s", e)
-            for sig, handler in restore.items():
-                signal.signal(sig, handler)
-            if commander is not None:
-                commander.close()
+                    view.stop_stream()
+                self._stop_shared_stream(only_if_idle=True)
+                try:
+                    for view in running:
+                        self.catalog.stopped(view.name)
+                    self._slot_keeper.flush()
+                except Exception as e:
+                    if not is_outage(e):
+                        raise
+                    log.warning("stopping while the database is unreachable: %s", e)
+                for sig, handler in restore.items():
+                    signal.signal(sig, handler)
+                if commander is not None:
+                    commander.close()
 
     def _run_once(self, running: list[ViewRuntime]) -> None:
         """One step of ``run``: a poll of the slot (runner local), or a check of the streams."""

@@ -17,6 +17,7 @@ import shutil
 
 import psycopg
 
+from engine.api_lock import serialized
 from engine.engine_names import (
     SOURCES_FILE,
 )
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 class ViewLifecycleMixin:
     """The part of ``Engine`` described in the module docstring."""
 
+    @serialized
     def create_view(self, name: str, sql: str, time_zone: str | None = None) -> None:
         """Plan, populate and start maintaining ``name`` AS ``sql``.
 
@@ -158,6 +160,7 @@ class ViewLifecycleMixin:
                     )
                 )
 
+    @serialized
     def drop_view(self, name: str) -> None:
         """Drop the result table, the state, and the slot/publication when no view needs them."""
         record = self.catalog.get(name) if storable_name(name) else None
@@ -185,6 +188,7 @@ class ViewLifecycleMixin:
         self._drop_remains(record)
         self._release_sources()
 
+    @serialized
     def release_view(self, name: str) -> None:
         """Close the view's state in this process and stop running it here, leaving it in the
         catalog: another process (its own streaming job) takes it over (RocksDB state is

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from engine.api_lock import serialized
 from engine.postgres.cdc import (
     visible_in_snapshot,
 )
@@ -32,6 +33,7 @@ class ViewStatus:
 class ViewListingMixin:
     """The part of ``Engine`` described in the module docstring."""
 
+    @serialized
     def list_views(self) -> list[ViewStatus]:
         """Every view's status.
 
@@ -112,6 +114,7 @@ class ViewListingMixin:
                     touched.update(self.reader.ancestors_of(ev.oid))
         return result
 
+    @serialized
     def explain(self, sql: str, time_zone: str | None = None) -> str:
         """The plans of ``sql`` under Postgres ``TimeZone`` ``time_zone`` (default: the engine
         connection's), as ``create_view`` would make them."""

@@ -1,9 +1,12 @@
 """An Engine with a memory budget (``memory_mb`` or ``INCVIEW_MEMORY_MB``): every view's state
-shares it (one block cache, memtables sized over all their tables, the collections' caches in
-equal shares, re-divided as views come and go), and the views stay exactly their queries under
-random changes with the smallest budget and memtables of 64 kB (many flushes)."""
+shares it (one block cache, memtables sized over all their tables, the collections' caches
+divided by use, re-divided as views come and go), and the views stay exactly their queries under
+random changes with the smallest budget and memtables of 64 kB (many flushes), and while views
+are created and dropped from another thread than the one applying changes."""
 
 from __future__ import annotations
+
+import threading
 
 import psycopg
 import pytest
@@ -65,3 +68,80 @@ def test_engine_oracle_within_the_smallest_budget(pg_dsn, tmp_path, monkeypatch)
     monkeypatch.setattr(memory_budget, "MIN_MEMTABLE", 64 << 10)  # RocksDB's least
     during, truncates = run_engine_oracle(pg_dsn, tmp_path / "state", QUICK, batches=4, seed=43)
     assert during > 0 and truncates > 0
+
+
+@pytest.mark.slow
+def test_views_come_and_go_while_others_apply_within_one_budget(pg_dsn, tmp_path, monkeypatch):
+    """Views created and dropped from another thread while the views already there apply their
+    changes: the budget re-divides its part from that thread, and by use at every commit
+    (``REBALANCE_S`` 0 here), while the others' group tables, entry caches and top-k heads are
+    in the middle of their times. The views stay exactly their queries."""
+    monkeypatch.setattr(memory_budget, "REBALANCE_S", 0.0)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 9)
+        work.setup()
+        with Engine(pg_dsn, tmp_path / "state", runner="local", memory_mb=32) as eng:
+            for name in NAMES:
+                eng.create_view(name, VIEWS[name])
+            stop, errors, churned = threading.Event(), [], [0]
+
+            def churn() -> None:  # another view, created and dropped again and again
+                try:
+                    while not stop.is_set():
+                        eng.create_view("churned", VIEWS["agg_count_distinct"])
+                        eng.drop_view("churned")
+                        churned[0] += 1
+                except Exception as e:  # reported by the main thread
+                    errors.append(e)
+
+            thread = threading.Thread(target=churn)
+            thread.start()
+            try:
+                for _ in range(10):
+                    for _ in range(3):
+                        work.transaction(12)
+                    eng.catch_up(timeout_s=120)
+                    for name in NAMES:
+                        assert diff_counts(conn, name, VIEWS[name]) == (0, 0), name
+            finally:
+                stop.set()
+                thread.join()
+            assert not errors, errors
+            assert churned[0] >= 3
+            assert {s.phase for s in eng.list_views()} == {"running"}
+
+
+@pytest.mark.slow
+def test_a_view_created_and_dropped_while_run_polls_in_another_thread(pg_dsn, tmp_path):
+    """``run()`` polling in a thread of its own while the caller creates a view, writes and drops
+    it: each call waits for the poll under way; the running view and the new one stay their
+    queries."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        work = Workload(conn, 13)
+        work.setup()
+        with Engine(pg_dsn, tmp_path / "state", runner="local", memory_mb=32) as eng:
+            eng.create_view("join_inner", VIEWS["join_inner"])
+            stop, failed = threading.Event(), []
+
+            def run() -> None:
+                try:
+                    eng.run(["join_inner"], stop=stop, commands=False)
+                except Exception as e:  # reported by the main thread
+                    failed.append(e)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            try:
+                for rnd in range(3):
+                    eng.create_view("agg_basic", VIEWS["agg_basic"])
+                    for _ in range(4):
+                        work.transaction(12)
+                    eng.catch_up(timeout_s=120)
+                    for name in ("join_inner", "agg_basic"):
+                        assert diff_counts(conn, name, VIEWS[name]) == (0, 0), (rnd, name)
+                    eng.drop_view("agg_basic")
+            finally:
+                stop.set()
+                thread.join()
+            assert not failed, failed
+            assert diff_counts(conn, "join_inner", VIEWS["join_inner"]) == (0, 0)
