@@ -6,7 +6,9 @@ are created and dropped from another thread than the one applying changes."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -70,6 +72,28 @@ def test_engine_oracle_within_the_smallest_budget(pg_dsn, tmp_path, monkeypatch)
     assert during > 0 and truncates > 0
 
 
+@contextlib.contextmanager
+def beside(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Run ``work(stop)`` in a thread of its own for the block; then set ``stop``, wait for it,
+    and fail with what it raised, if anything."""
+    stop, raised = threading.Event(), []
+
+    def target() -> None:
+        try:
+            work(stop)
+        except Exception as e:  # reported by the main thread
+            raised.append(e)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    assert not raised, raised
+
+
 @pytest.mark.slow
 def test_views_come_and_go_while_others_apply_within_one_budget(pg_dsn, tmp_path, monkeypatch):
     """Views created and dropped from another thread while the views already there apply their
@@ -83,30 +107,21 @@ def test_views_come_and_go_while_others_apply_within_one_budget(pg_dsn, tmp_path
         with Engine(pg_dsn, tmp_path / "state", runner="local", memory_mb=32) as eng:
             for name in NAMES:
                 eng.create_view(name, VIEWS[name])
-            stop, errors, churned = threading.Event(), [], [0]
+            churned = [0]
 
-            def churn() -> None:  # another view, created and dropped again and again
-                try:
-                    while not stop.is_set():
-                        eng.create_view("churned", VIEWS["agg_count_distinct"])
-                        eng.drop_view("churned")
-                        churned[0] += 1
-                except Exception as e:  # reported by the main thread
-                    errors.append(e)
+            def churn(stop: threading.Event) -> None:  # another view, again and again
+                while not stop.is_set():
+                    eng.create_view("churned", VIEWS["agg_count_distinct"])
+                    eng.drop_view("churned")
+                    churned[0] += 1
 
-            thread = threading.Thread(target=churn)
-            thread.start()
-            try:
+            with beside(churn):
                 for _ in range(10):
                     for _ in range(3):
                         work.transaction(12)
                     eng.catch_up(timeout_s=120)
                     for name in NAMES:
                         assert diff_counts(conn, name, VIEWS[name]) == (0, 0), name
-            finally:
-                stop.set()
-                thread.join()
-            assert not errors, errors
             assert churned[0] >= 3
             assert {s.phase for s in eng.list_views()} == {"running"}
 
@@ -121,17 +136,7 @@ def test_a_view_created_and_dropped_while_run_polls_in_another_thread(pg_dsn, tm
         work.setup()
         with Engine(pg_dsn, tmp_path / "state", runner="local", memory_mb=32) as eng:
             eng.create_view("join_inner", VIEWS["join_inner"])
-            stop, failed = threading.Event(), []
-
-            def run() -> None:
-                try:
-                    eng.run(["join_inner"], stop=stop, commands=False)
-                except Exception as e:  # reported by the main thread
-                    failed.append(e)
-
-            thread = threading.Thread(target=run)
-            thread.start()
-            try:
+            with beside(lambda stop: eng.run(["join_inner"], stop=stop, commands=False)):
                 for rnd in range(3):
                     eng.create_view("agg_basic", VIEWS["agg_basic"])
                     for _ in range(4):
@@ -140,8 +145,4 @@ def test_a_view_created_and_dropped_while_run_polls_in_another_thread(pg_dsn, tm
                     for name in ("join_inner", "agg_basic"):
                         assert diff_counts(conn, name, VIEWS[name]) == (0, 0), (rnd, name)
                     eng.drop_view("agg_basic")
-            finally:
-                stop.set()
-                thread.join()
-            assert not failed, failed
             assert diff_counts(conn, "join_inner", VIEWS["join_inner"]) == (0, 0)
