@@ -2,7 +2,8 @@
 
 ``PostgresCatalog.lookup(schema, name)`` reads columns (``format_type``), NOT NULL flags, a row
 estimate (``pg_class.reltuples``), per-column distinct-value estimates (``pg_stats``, for join
-ordering) and the replica identity of ordinary tables, resolving
+ordering), the unique keys of tables (primary key, unique indexes of NOT NULL columns) and the
+replica identity of ordinary tables, resolving
 unqualified names through ``public`` (the planner's rule). Unknown tables give ``None``; column types
 are resolved through pg_type (``pg_types``: domains as their base type, enums with their labels,
 arrays); a column of a type incview cannot carry gets ``types.unsupported``, refused by the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import psycopg
 
 from engine.postgres.pg_types import TypeResolver
+from engine.postgres.source_tree import name_arrays
 from engine.sql.catalog import SourceColumn, SourceTable
 
 # n_distinct (pg_stats, after ANALYZE): > 0 a count, < 0 minus a fraction of the rows
@@ -29,6 +31,40 @@ LEFT JOIN pg_stats st
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY a.attnum
 """
+
+# the table's keys no two rows share: its unique indexes (the primary key's among them) that are
+# valid, checked at once (not DEFERRABLE), on plain columns all NOT NULL, without a predicate;
+# of a partitioned table (its indexes hold across the partitions) or a table without inheritance
+# children (a SELECT of the parent reads theirs too, which its index does not cover); the tables
+# by (schema, name) through pg_class's name index
+_KEYS = """
+SELECT r.schema || '.' || r.name,
+       array(SELECT a.attname::text FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             ORDER BY k.ord)
+FROM unnest(%s::text[], %s::text[]) AS r(schema, name)
+JOIN pg_namespace n ON n.nspname = r.schema
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.name
+JOIN pg_index i ON i.indrelid = c.oid
+WHERE (c.relkind = 'p' OR (c.relkind = 'r' AND NOT EXISTS (
+         SELECT FROM pg_inherits h WHERE h.inhparent = c.oid)))
+  AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL
+  AND i.indexprs IS NULL AND i.indnkeyatts = i.indnatts
+  AND NOT EXISTS (SELECT FROM unnest(i.indkey) AS k(attnum)
+                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                  WHERE NOT a.attnotnull)
+ORDER BY 1, i.indisprimary DESC, i.indexrelid
+"""
+
+
+def unique_keys(conn: psycopg.Connection, tables: list[str]) -> dict[str, list[tuple[str, ...]]]:
+    """table ("schema.table") -> its keys no two rows share (column names; the primary key
+    first), as the catalog says now (a table without one absent)."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for table, columns in conn.execute(_KEYS, name_arrays(tables)).fetchall():
+        out.setdefault(table, []).append(tuple(columns))
+    return out
+
 
 REPLICA_IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 
@@ -55,8 +91,13 @@ class PostgresCatalog:
         qualified = f"{schema}.{name}"
         self.replica_identity[qualified] = REPLICA_IDENTITY.get(replident, replident)
         self.kinds[qualified] = relkind
+        keys = unique_keys(self.conn, [qualified]).get(qualified, [])
         return SourceTable(
-            schema, name, tuple(columns), reltuples if reltuples and reltuples > 0 else None
+            schema,
+            name,
+            tuple(columns),
+            reltuples if reltuples and reltuples > 0 else None,
+            tuple(keys),
         )
 
     def view_definition(self, schema: str | None, name: str) -> tuple[str, str, list[str]] | None:

@@ -8,7 +8,7 @@ looked up in ``public``. This module must not parse SQL.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,9 @@ class SourceTable:
     name: str
     columns: tuple[SourceColumn, ...]
     row_estimate: int | None = None  # statistics for join ordering, when known
+    #: column names of each key no two rows share (the primary key, unique indexes of NOT NULL
+    #: columns): the planner derives unique rows from them (``engine.sql.unique_rows``)
+    keys: tuple[tuple[str, ...], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -47,7 +50,8 @@ class DictCatalog:
     """A catalog from a mapping ``{"table" or "schema.table": {"column": "type name", ...}}``.
 
     A type name may end in `` not null``. ``row_estimates`` optionally maps table -> row count,
-    ``distinct_estimates`` ``"table.column"`` -> number of distinct values.
+    ``distinct_estimates`` ``"table.column"`` -> number of distinct values, ``keys`` table ->
+    its unique keys (each a list of column names, e.g. the primary key).
 
     >>> c = DictCatalog({"orders": {"id": "int not null", "amount": "numeric(10,2)"}})
     >>> [col.name for col in c.lookup(None, "orders").columns]
@@ -59,6 +63,7 @@ class DictCatalog:
         tables: Mapping[str, Mapping[str, str]],
         row_estimates: Mapping[str, int] | None = None,
         distinct_estimates: Mapping[str, float] | None = None,
+        keys: Mapping[str, Sequence[Sequence[str]]] | None = None,
     ) -> None:
         self._tables: dict[tuple[str, str], SourceTable] = {}
         estimates = dict(row_estimates or {})
@@ -81,7 +86,10 @@ class DictCatalog:
                     )
                 )
             est = estimates.get(qualified, estimates.get(name))
-            self._tables[(schema, name)] = SourceTable(schema, name, tuple(columns), est)
+            unique = (keys or {}).get(qualified, (keys or {}).get(name, ()))
+            self._tables[(schema, name)] = SourceTable(
+                schema, name, tuple(columns), est, tuple(tuple(k) for k in unique)
+            )
 
     def lookup(self, schema: str | None, name: str) -> SourceTable | None:
         return self._tables.get((schema or "public", name))

@@ -43,6 +43,16 @@ def column(name: str, qualifier: str | None = None) -> exp.Column:
     return exp.Column(this=ident, table=table)
 
 
+def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
+    """Position of the field a bare column reference names, or None if ``e`` is not one (or
+    names no field, or several)."""
+    if not isinstance(e, exp.Column):
+        return None
+    q = e.table or None
+    hits = [i for i, f in enumerate(fields) if f.name == e.name and (q is None or f.qualifier == q)]
+    return hits[0] if len(hits) == 1 else None
+
+
 @dataclass(frozen=True)
 class SortKey:
     expr: exp.Expression
@@ -96,7 +106,8 @@ class Scan(LogicalPlan):
     """A source table. ``projection``: positions of the table's columns actually read (None: all);
     ``filters``: predicates pushed into the population scan (in terms of the table's columns);
     ``row_estimate``: the catalog's row count when known, ``column_distinct``: per table field,
-    its estimated number of distinct values when known (join ordering statistics)."""
+    its estimated number of distinct values when known (join ordering statistics); ``keys``: the
+    table's unique keys as positions in ``table_fields`` (``engine.sql.unique_rows``)."""
 
     schema: str
     table: str
@@ -105,6 +116,7 @@ class Scan(LogicalPlan):
     filters: tuple[exp.Expression, ...] = ()
     row_estimate: int | None = None
     column_distinct: tuple[float | None, ...] = ()
+    keys: tuple[tuple[int, ...], ...] = ()
 
     @property
     def fields(self) -> tuple[Field, ...]:  # type: ignore[override]

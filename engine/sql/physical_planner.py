@@ -53,13 +53,14 @@ from engine.sql import logical_plan as lp
 from engine.sql.aggregate_value_types import aggregate_arrow_types
 from engine.sql.calls import window_call
 from engine.sql.expression_compiler import compile_expressions, compile_predicate
-from engine.sql.logical_plan import Field, LogicalPlan
+from engine.sql.logical_plan import Field, LogicalPlan, column_index
 from engine.sql.numeric_scale import value_scale
 from engine.sql.parse import unsupported
 from engine.sql.plan_expressions import and_all, conjuncts
 from engine.sql.population_aggregate import aggregate_query
 from engine.sql.reduce_inputs import column_refs, field_type, reduce_inputs
 from engine.sql.types import SqlType, TypeKind
+from engine.sql.unique_rows import keys_relied_on, unique_rows
 from engine.sql.vector_expressions import (
     ExtendColumns,
     SelectColumns,
@@ -76,6 +77,9 @@ class PhysicalPlan:
     output_fields: tuple[Field, ...] = ()
     #: the Postgres TimeZone an expression of the plan depends on (None: none does)
     time_zone: str | None = None
+    #: "schema.table" -> the unique keys (column names) a collection's plan relies on
+    #: (``engine.sql.unique_rows``): the view must stop if one is dropped
+    unique_keys: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
     def explain(self) -> str:
         """The dataflow, after a ``TimeZone:`` line when an expression depends on the zone (the
@@ -91,17 +95,11 @@ def plan_physical(plan: LogicalPlan, store: StateStore | None) -> PhysicalPlan:
     out = planner.node(plan)
     planner.df.build(out)
     return PhysicalPlan(
-        planner.df, {k: tuple(v) for k, v in planner.input_columns.items()}, plan.fields
+        planner.df,
+        {k: tuple(v) for k, v in planner.input_columns.items()},
+        plan.fields,
+        unique_keys=planner.unique_keys,
     )
-
-
-def column_index(e: exp.Expression, fields: tuple[Field, ...]) -> int | None:
-    """Position of the field a bare column reference names, or None if ``e`` is not one."""
-    if not isinstance(e, exp.Column):
-        return None
-    q = e.table or None
-    hits = [i for i, f in enumerate(fields) if f.name == e.name and (q is None or f.qualifier == q)]
-    return hits[0] if len(hits) == 1 else None
 
 
 def value_arrow_types(plan: LogicalPlan) -> list[pa.DataType | None]:
@@ -218,6 +216,17 @@ class _PhysicalPlanner:
         self.df = Dataflow(store)
         self.input_columns: dict[str, list[str]] = {}
         self.memo: dict[int, Node] = {}
+        self.unique_keys: dict[str, list[tuple[str, ...]]] = {}
+
+    def rely_on_unique_rows(self, plan: LogicalPlan) -> bool:
+        """Whether ``plan`` never holds a row twice; if so, its tables' keys are recorded as
+        relied on (``PhysicalPlan.unique_keys``)."""
+        if not unique_rows(plan):
+            return False
+        for table, keys in keys_relied_on(plan).items():
+            known = self.unique_keys.setdefault(table, [])
+            known += [k for k in keys if k not in known]
+        return True
 
     # -- sources --------------------------------------------------------------------------------
     def collect_inputs(self, plan: LogicalPlan) -> None:
@@ -484,7 +493,12 @@ class _PhysicalPlanner:
         if supports_columnar_top_k(types, plan.rank_kind, plan.limit):
             assert plan.limit is not None
             top: TopKCollection | ColumnarTopKCollection = ColumnarTopKCollection(
-                types, *spec, limit=plan.limit, offset=plan.offset, emit_rank=emit_rank
+                types,
+                *spec,
+                limit=plan.limit,
+                offset=plan.offset,
+                emit_rank=emit_rank,
+                unique_rows=self.rely_on_unique_rows(plan.input),
             )
         else:
             top = TopKCollection(*spec, plan.limit, plan.offset, plan.rank_kind, emit_rank)

@@ -476,6 +476,7 @@ class _Builder(SubqueryBuilding, GroupingBuilding):
                     fields,
                     row_estimate=src.row_estimate,
                     column_distinct=tuple(c.distinct for c in src.columns),
+                    keys=_key_positions(src),
                 ),
                 alias,
             )
@@ -514,3 +515,10 @@ def _join_lacks_condition(join: exp.Join) -> bool:
     if (join.args.get("kind") or "").upper() == "CROSS" or join.args.get("method"):
         return False
     return join.args.get("on") is None and not join.args.get("using")
+
+
+def _key_positions(src: SourceTable) -> tuple[tuple[int, ...], ...]:
+    """``src``'s unique keys as positions of its columns (a key naming a column the catalog does
+    not list is left out)."""
+    names = [c.name for c in src.columns]
+    return tuple(tuple(names.index(c) for c in key) for key in src.keys if set(key) <= set(names))

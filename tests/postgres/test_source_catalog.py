@@ -69,3 +69,31 @@ def test_a_join_on_a_shared_low_cardinality_key_is_not_taken_alone(pg_conn):
     alone = [c for c in conditions if "s_nationkey" in c and "s_suppkey" not in c]
     assert not alone, conditions
     assert any("c_nationkey" in c and "n_nationkey" in c for c in conditions), conditions
+
+
+def test_unique_keys_are_those_no_two_rows_can_share(pg_conn):
+    """A table's keys: its primary key first, then unique indexes of NOT NULL plain columns;
+    not a unique index over a nullable column (NULLs repeat), a partial or expression index, a
+    deferrable constraint (duplicates within a transaction), a table with inheritance children
+    (a SELECT of it reads theirs); a partitioned table's keys hold across its partitions."""
+    pg_conn.execute(
+        """
+        CREATE TABLE keyed (id int PRIMARY KEY, code text NOT NULL UNIQUE, a int NOT NULL,
+                            b int NOT NULL, maybe int UNIQUE, low text NOT NULL, d int NOT NULL);
+        CREATE UNIQUE INDEX keyed_ab ON keyed (b, a);
+        CREATE UNIQUE INDEX keyed_partial ON keyed (a) WHERE a > 0;
+        CREATE UNIQUE INDEX keyed_lower ON keyed (lower(low));
+        ALTER TABLE keyed ADD CONSTRAINT keyed_d UNIQUE (d) DEFERRABLE;
+        CREATE TABLE bag (g int, v int);
+        CREATE TABLE parent (id int PRIMARY KEY);
+        CREATE TABLE child () INHERITS (parent);
+        CREATE TABLE parts (id int, region int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+        CREATE TABLE parts_1 PARTITION OF parts FOR VALUES IN (1);
+        """
+    )
+    catalog = PostgresCatalog(pg_conn)
+    assert catalog.lookup(None, "keyed").keys == (("id",), ("code",), ("b", "a"))
+    assert catalog.lookup(None, "bag").keys == ()
+    assert catalog.lookup(None, "parent").keys == ()
+    assert catalog.lookup(None, "child").keys == ()  # no index of its own
+    assert catalog.lookup(None, "parts").keys == (("id", "region"),)

@@ -39,6 +39,7 @@ import psycopg
 from engine.dataflow.batch import DiffBatch
 from engine.dataflow.state.store import StateStore
 from engine.dataflow.testing import ZSetSink
+from engine.postgres.source_catalog import unique_keys
 from engine.sql.catalog import DictCatalog
 from engine.sql.planner import ViewPlan, build_dataflow, plan_view
 from engine.sql.types import TypeKind
@@ -295,11 +296,13 @@ ORDER BY c.relname, a.attnum
 
 
 def catalog_from_postgres(conn: psycopg.Connection, tables: list[str]) -> DictCatalog:
-    """A catalog of ``tables`` (schema public) with the types Postgres' ``format_type`` prints."""
+    """A catalog of ``tables`` (schema public) with the types Postgres' ``format_type`` prints and
+    their unique keys (the primary keys: the planner derives unique rows from them)."""
     mapping: dict[str, dict[str, str]] = {}
     for rel, col, type_name, not_null in conn.execute(_CATALOG_SQL, ("public", tables)):
         mapping.setdefault(rel, {})[col] = type_name + (" not null" if not_null else "")
-    return DictCatalog(mapping)
+    keys = unique_keys(conn, [f"public.{t}" for t in tables])
+    return DictCatalog(mapping, keys={t.partition(".")[2]: k for t, k in keys.items()})
 
 
 class OracleMismatch(AssertionError):
