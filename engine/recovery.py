@@ -29,7 +29,7 @@ from engine.api_lock import serialized
 from engine.engine_names import REPOPULATE_MARKER, SLOT
 from engine.errors import ViewError
 from engine.outage import is_disk_full, is_outage
-from engine.postgres.source_catalog import PostgresCatalog, view_definitions
+from engine.postgres.source_catalog import PostgresCatalog, unique_keys, view_definitions
 from engine.postgres.source_tree import descendant_names
 from engine.postgres.view_catalog import ViewCatalog
 from engine.slot_guard import slot_losses, slot_state
@@ -61,8 +61,10 @@ class RecoveryMixin:
         current = current_columns(self.conn, tables) if tables else {}
         source_views = sorted({s for v in views for s in v.expected.views})
         definitions = view_definitions(self.conn, source_views) if source_views else {}
+        keyed = sorted({t for v in views for t in v.expected.keys})
+        keys = unique_keys(self.conn, keyed) if keyed else {}
         for view in views:
-            drift = view.expected.drift(self.conn, current, definitions)
+            drift = view.expected.drift(self.conn, current, definitions, keys)
             if drift is None and view.name in self.broken:  # a stream batch saw it first
                 drift = self.broken[view.name]
             if drift is not None:

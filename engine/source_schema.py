@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from engine.postgres.source_catalog import view_definitions
+from engine.postgres.source_catalog import unique_keys, view_definitions
 from engine.postgres.source_tree import name_arrays
 
 # the tables looked up by (schema, name) through pg_class's name index: every catch_up asks, and
@@ -39,31 +39,40 @@ FIX = "drop the view and create it again to follow the new schema"
 @dataclass(frozen=True)
 class SourceSchema:
     """table ("schema.table") -> column -> type (``format_type``) the view's dataflow reads,
-    and the Postgres views it reads (planned over their definitions, ``engine.sql.source_views``):
-    "schema.view" -> definition (``pg_get_viewdef``)."""
+    the Postgres views it reads (planned over their definitions, ``engine.sql.source_views``):
+    "schema.view" -> definition (``pg_get_viewdef``), and the tables' unique keys its
+    collections rely on (``engine.sql.unique_rows``): "schema.table" -> lists of column names."""
 
     tables: Mapping[str, Mapping[str, str]]
     views: Mapping[str, str] = field(default_factory=dict)
+    keys: Mapping[str, list[list[str]]] = field(default_factory=dict)
 
     @classmethod
     def of_plan(
-        cls, sources, inputs: Mapping[str, tuple[str, ...]], views: Mapping[str, str] | None = None
+        cls,
+        sources,
+        inputs: Mapping[str, tuple[str, ...]],
+        views: Mapping[str, str] | None = None,
+        keys: Mapping[str, list[tuple[str, ...]]] | None = None,
     ) -> SourceSchema:
         """From a ViewPlan's ``sources`` and ``source_views`` and the dataflow's ``inputs`` (the
-        columns it reads)."""
+        columns it reads) and ``unique_keys`` (the keys it relies on)."""
         types = {
             s.qualified_name: {c.name: c.pg_type or c.type.sql() for c in s.columns}
             for s in sources
         }
         return cls(
-            {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()}, dict(views or {})
+            {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()},
+            dict(views or {}),
+            {t: [list(k) for k in ks] for t, ks in (keys or {}).items()},
         )
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
         tables = {t: dict(c) for t, c in self.tables.items()}
-        tmp.write_text(json.dumps({"tables": tables, "views": dict(self.views)}, sort_keys=True))
+        saved = {"tables": tables, "views": dict(self.views), "keys": dict(self.keys)}
+        tmp.write_text(json.dumps(saved, sort_keys=True))
         tmp.replace(path)
 
     @classmethod
@@ -73,7 +82,7 @@ class SourceSchema:
         saved = json.loads(path.read_text())
         if "tables" not in saved:  # written before views were recorded: tables only
             return cls(saved)  # (a table's name has a dot: it is never the key "tables")
-        return cls(saved["tables"], saved.get("views", {}))
+        return cls(saved["tables"], saved.get("views", {}), saved.get("keys", {}))
 
     # -- checking -----------------------------------------------------------------------------
     def drift(
@@ -81,11 +90,13 @@ class SourceSchema:
         conn: psycopg.Connection,
         current: Mapping[str, Mapping[str, str]] | None = None,
         definitions: Mapping[str, str] | None = None,
+        keys: Mapping[str, list[tuple[str, ...]]] | None = None,
     ) -> str | None:
-        """None while every table and column the view reads is there with its type, and every
-        source view has its definition; else a message naming the first one that changed.
-        ``current`` / ``definitions``: ``current_columns`` / ``view_definitions`` of (at least)
-        the view's tables / source views, read once for many views."""
+        """None while every table and column the view reads is there with its type, every
+        source view has its definition and every key the view relies on is still unique; else
+        a message naming the first one that changed. ``current`` / ``definitions`` / ``keys``:
+        ``current_columns`` / ``view_definitions`` / ``unique_keys`` of (at least) the view's
+        tables / source views / tables whose keys it relies on, read once for many views."""
         changed = self._view_drift(conn, definitions)
         if changed is not None:
             return changed
@@ -102,6 +113,25 @@ class SourceSchema:
                     return (
                         f"column {column} of source table {table} changed type from {typ} to "
                         f"{now[column]}; {FIX}"
+                    )
+        return self._key_drift(conn, keys)
+
+    def _key_drift(
+        self, conn: psycopg.Connection, keys: Mapping[str, list[tuple[str, ...]]] | None
+    ) -> str | None:
+        """The message for the first key the view relies on that no longer holds, else None."""
+        if not self.keys:
+            return None
+        if keys is None:
+            keys = unique_keys(conn, list(self.keys))
+        for table, relied in sorted(self.keys.items()):
+            now = keys.get(table, [])
+            for key in relied:
+                if tuple(key) not in now:
+                    return (
+                        f"the unique key ({', '.join(key)}) of source table {table} was dropped "
+                        f"(or made deferrable, or the table got inheritance children): the view "
+                        f"relies on its rows being unique; {FIX}"
                     )
         return None
 

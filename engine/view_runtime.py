@@ -9,6 +9,7 @@ not poll the slot or decide anything about other views: the ``Engine`` drives it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -57,10 +58,7 @@ class ViewRuntime:
         # the columns (and types) of the sources this view reads, as when it was created
         self.expected = SourceSchema.load(self.dir / SOURCES_FILE)
         if self.expected is None:
-            self.expected = SourceSchema.of_plan(
-                plan.sources, self.physical.inputs, plan.source_views
-            )
-            self.expected.save(self.dir / SOURCES_FILE)
+            self._expect_sources()
         self._columns = list(zip(plan.output_names, plan.output_types, strict=True))
         self._dsn = engine.dsn
         # on Spark the views' batches run on the shared query's thread, through its connection
@@ -176,7 +174,21 @@ class ViewRuntime:
         self._open_state()
         self._projections = {}
         save_fingerprint(self.dir, fingerprint(self.physical.explain()))  # the new state's plan
+        # the keys the new state relies on (its columns stay those the view was created with)
+        self.expected = dataclasses.replace(self.expected, keys=self._relied_keys())
+        self.expected.save(self.dir / SOURCES_FILE)
         self.plan_changed = None
+
+    def _relied_keys(self) -> dict[str, list[list[str]]]:
+        return {t: [list(k) for k in ks] for t, ks in self.physical.unique_keys.items()}
+
+    def _expect_sources(self) -> None:
+        """Record the columns, source views and keys the view's dataflow reads and relies on."""
+        self.expected = SourceSchema.of_plan(
+            self.plan.sources, self.physical.inputs, self.plan.source_views,
+            self.physical.unique_keys,
+        )  # fmt: skip
+        self.expected.save(self.dir / SOURCES_FILE)
 
     def _open_state(self) -> None:
         """Open the state store (within the engine's memory budget, if it has one) and build the

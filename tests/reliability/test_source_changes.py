@@ -115,3 +115,32 @@ def test_schema_changes_break_only_the_views_that_read_them(pg_dsn, tmp_path, re
             _write(conn, 600)
             eng.catch_up()
             assert diff_rows(conn, "counts", VIEWS["counts"]) == (0, 0)
+
+
+def test_a_dropped_key_a_view_relies_on_breaks_it(pg_dsn, tmp_path):
+    """A top-k over a table with a primary key writes its rows' entries unread (its input holds
+    no row twice): dropping the key puts that view in error, naming the key; a view that does
+    not rely on it keeps running. Until then both equal their queries."""
+    top = (
+        "SELECT * FROM (SELECT id, customer, amount, row_number() OVER (PARTITION BY customer "
+        "ORDER BY amount DESC) AS rn FROM orders) x WHERE rn <= 2"
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _setup(conn)
+        with Engine(pg_dsn, tmp_path / "state", runner="local") as eng:
+            eng.create_view("top", top)
+            eng.create_view("counts", VIEWS["counts"])
+            assert "unique_rows" in eng.explain(top)
+            for start in (100, 200):
+                _write(conn, start)
+                eng.catch_up()
+                assert diff_rows(conn, "top", top) == (0, 0)
+            conn.execute("ALTER TABLE orders DROP CONSTRAINT orders_pkey")
+            _write(conn, 300)
+            eng.catch_up()
+            phase, error = _phases(eng)["top"]
+            assert phase == "error"
+            assert "the unique key (id) of source table public.orders was dropped" in error
+            assert "drop the view and create it again" in error
+            assert _phases(eng)["counts"][0] == "running"
+            assert diff_rows(conn, "counts", VIEWS["counts"]) == (0, 0)

@@ -22,8 +22,11 @@ A time (``process``):
 2. the touched partitions' head ends come from the cache, the misses from one ``get_many``;
 3. a change past its partition's head end can neither enter the selection nor move a selected
    row: it only rewrites its row's entry (one ``get_many`` for all of them, started in the
-   background at step 1 and taken at the end of the time; the new counts in arrays). A
-   partition whose changes all lie there is done;
+   background at step 1 and taken at the end of the time; the new counts in arrays). When the
+   input never holds a row twice (``unique_rows``, derived by the planner from the sources'
+   keys: ``engine.sql.unique_rows``) a count is 0 or 1, so nothing is read: a change of -1
+   deletes its row's entry, one of +1 creates it. A partition whose changes all lie there is
+   done;
 4. the other partitions' heads (cache, or one bounded scan) and their in-head changes are merged
    in one sort; a head left below offset+limit live positions is refilled by a scan of the tail;
    old and new selections come from segmented sums; their difference is the output;
@@ -122,6 +125,7 @@ class ColumnarTopKCollection(StatefulCollection):
         emit_rank: bool = False,
         cache_bytes: int = 64 << 20,
         slack: int | None = None,
+        unique_rows: bool = False,
     ) -> None:
         super().__init__()
         if not supports(column_types, "row_number", limit):
@@ -140,6 +144,9 @@ class ColumnarTopKCollection(StatefulCollection):
         self.hi = offset + limit
         self.slack = max(2, limit // 4) if slack is None else slack
         self.cache_bytes = cache_bytes
+        #: the input never holds a row twice (the planner derived a key of it): a change past
+        #: the heads creates or deletes its row's entry unread
+        self.unique_rows = unique_rows
         #: partitions whose changes all lay past their heads, heads refilled from their tails,
         #: heads cut back (observability, tests)
         self.skipped = self.refills = self.cuts = 0
@@ -159,7 +166,8 @@ class ColumnarTopKCollection(StatefulCollection):
         )
         if self.offset:
             s += f" offset={self.offset}"
-        return s + (" emit_rank" if self.emit_rank else "")
+        s += " emit_rank" if self.emit_rank else ""
+        return s + (" unique_rows" if self.unique_rows else "")
 
     # -- the time's work ----------------------------------------------------------------------------
     def on_time_end(self, time: int) -> DiffBatch:
@@ -240,7 +248,7 @@ class ColumnarTopKCollection(StatefulCollection):
         sorted_keys = pc.binary_join_element_wise(
             all_prefixes.take(pa.array(code[order])), sorted_rk, b""
         ).to_pylist()
-        reading = self.table.get_many_ahead(sorted_keys)
+        reading = None if self.unique_rows else self.table.get_many_ahead(sorted_keys)
         new_part = np.ones(n, bool)
         new_part[1:] = code[order[1:]] != code[order[:-1]]
         starts = np.flatnonzero(_breaks(sorted_rk) | new_part)

@@ -130,8 +130,9 @@ class Entries:
     ``at[i]`` is the position of change i's row among them."""
 
     def __init__(
-        self, keys: list[bytes], read: Callable[[], list[bytes | None]], at: np.ndarray
+        self, keys: list[bytes], read: Callable[[], list[bytes | None]] | None, at: np.ndarray
     ) -> None:
+        #: ``read`` None: the rows are unique (a count is 0 or 1), nothing was read
         self.keys, self.read, self.at = keys, read, at
 
     def of(self, idx: np.ndarray) -> Entries:
@@ -195,6 +196,9 @@ class TailChanges:
         n = len(left)
         if not n:
             return
+        if self.entries.read is None:
+            self._stage_unique(table, left)
+            return
         keys, stored = self.entries.pick(left)
         present = np.fromiter(map(operator.is_not, stored, repeat(None)), bool, n)
         new = self.weights[left].astype(np.int64)
@@ -217,3 +221,17 @@ class TailChanges:
         slot = np.where(present, np.cumsum(present), len(rewritten) + np.cumsum(~present)) - 1
         live = np.flatnonzero(~gone)
         table.put_many(K.pick(keys, live), K.pick(pool, slot[live]))
+
+    def _stage_unique(self, table: StateTable, left: np.ndarray) -> None:
+        """``stage`` for rows known to be unique: an entry's count is 1, so a change of -1
+        deletes it and one of +1 creates it with the change's record, unread."""
+        weights = self.weights[left]
+        if (np.abs(weights) != 1).any():
+            raise AssertionError(
+                "the top-k's input was planned as unique rows, but a time changed a row's "
+                f"count by {int(weights[np.abs(weights) != 1][0])}"
+            )
+        keys = self.entries.keys_of(left)
+        table.delete_many(K.pick(keys, np.flatnonzero(weights < 0)))
+        put = np.flatnonzero(weights > 0)
+        table.put_many(K.pick(keys, put), K.pick(self.values, left[put]))
