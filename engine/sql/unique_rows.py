@@ -6,7 +6,9 @@ input is unique (``ColumnarTopKCollection(unique_rows=True)``). ``row_keys(plan)
 keys of a plan's output, each a set of output positions no two rows share values at (the
 empty set: at most one row); ``unique_rows(plan)`` is whether it has one, and ``keys_relied_on``
 names the source tables' keys such a derivation used (the view records them: a key dropped
-later puts the view in error, ``engine.source_schema``).
+later puts the view in error, ``engine.source_schema``). ``unique_on(plan, positions)`` is
+whether no two rows agree on some columns (the rule ``unique_semi_join`` asks it without the
+tables' keys, so that no logical rewrite rests on them).
 
 Derived conservatively, node by node, from the catalog's keys (the primary key and unique
 indexes of NOT NULL columns, ``SourceTable.keys``):
@@ -33,11 +35,17 @@ from engine.sql.logical_plan import LogicalPlan, column_index
 Key = frozenset[int]
 
 
-def row_keys(plan: LogicalPlan) -> list[Key]:
+def row_keys(plan: LogicalPlan, source_keys: bool = True) -> list[Key]:
     """The keys of ``plan``'s output rows (positions of its fields), none if it may hold a row
-    twice."""
+    twice. ``source_keys`` False: only those the plan makes itself (GROUP BY, DISTINCT, ...),
+    none from the tables' keys (a rewrite whose plan must not rest on the catalog's keys)."""
     method = globals().get("_keys_" + type(plan).__name__)
-    return _minimal(method(plan)) if method is not None else []
+    return _minimal(method(plan, source_keys)) if method is not None else []
+
+
+def unique_on(plan: LogicalPlan, positions: set[int], source_keys: bool = True) -> bool:
+    """Whether no two rows of ``plan`` agree on the columns at ``positions``."""
+    return any(k <= positions for k in row_keys(plan, source_keys))
 
 
 def unique_rows(plan: LogicalPlan) -> bool:
@@ -75,18 +83,18 @@ def _scan_keys(plan: lp.Scan) -> list[Key]:
     return [frozenset(at[c] for c in key) for key in plan.keys if all(c in at for c in key)]
 
 
-def _keys_Scan(plan: lp.Scan) -> list[Key]:
-    return _scan_keys(plan)
+def _keys_Scan(plan: lp.Scan, src: bool) -> list[Key]:
+    return _scan_keys(plan) if src else []
 
 
-def _same_as_input(plan) -> list[Key]:
-    return row_keys(plan.input)
+def _same_as_input(plan, src: bool) -> list[Key]:
+    return row_keys(plan.input, src)
 
 
 _keys_SubqueryAlias = _keys_Filter = _keys_TopK = _keys_Window = _same_as_input
 
 
-def _keys_Project(plan: lp.Project) -> list[Key]:
+def _keys_Project(plan: lp.Project, src: bool) -> list[Key]:
     fields = plan.input.fields
     passed: dict[int, int] = {}  # input position -> an output position carrying it as it is
     for out_pos, e in enumerate(plan.exprs):
@@ -95,25 +103,25 @@ def _keys_Project(plan: lp.Project) -> list[Key]:
             passed.setdefault(i, out_pos)
     return [
         frozenset(passed[i] for i in key)
-        for key in row_keys(plan.input)
+        for key in row_keys(plan.input, src)
         if all(i in passed for i in key)
     ]
 
 
-def _keys_Join(plan: lp.Join) -> list[Key]:
+def _keys_Join(plan: lp.Join, src: bool) -> list[Key]:
     if plan.kind in lp.SEMI_KINDS:
-        return row_keys(plan.left)
+        return row_keys(plan.left, src)
     if plan.kind not in ("inner", "cross"):
         return []
     width = len(plan.left.fields)
     return [
         lk | frozenset(width + i for i in rk)
-        for lk in row_keys(plan.left)
-        for rk in row_keys(plan.right)
+        for lk in row_keys(plan.left, src)
+        for rk in row_keys(plan.right, src)
     ]
 
 
-def _keys_Aggregate(plan: lp.Aggregate) -> list[Key]:
+def _keys_Aggregate(plan: lp.Aggregate, src: bool) -> list[Key]:
     return [frozenset(range(len(plan.group_by)))]
 
 
@@ -121,13 +129,13 @@ def _every_column(plan: LogicalPlan) -> list[Key]:
     return [frozenset(range(len(plan.fields)))]
 
 
-def _keys_Distinct(plan: lp.Distinct) -> list[Key]:
+def _keys_Distinct(plan: lp.Distinct, src: bool) -> list[Key]:
     return _every_column(plan)
 
 
-def _keys_SetOperation(plan: lp.SetOperation) -> list[Key]:
+def _keys_SetOperation(plan: lp.SetOperation, src: bool) -> list[Key]:
     if plan.kind in ("union", "intersect", "except"):
         return _every_column(plan)
     if plan.kind in ("intersect_all", "except_all"):
-        return row_keys(plan.left)
+        return row_keys(plan.left, src)
     return []

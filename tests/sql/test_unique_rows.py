@@ -101,3 +101,16 @@ def test_the_top_k_is_told_and_the_keys_it_rests_on_are_recorded():
         "public.t": [("id",)],
         "public.pair": [("a", "b")],
     }
+
+
+def test_no_rewrite_rests_on_a_tables_key():
+    """The logical rules ask for uniqueness without the tables' keys: a semi join onto a
+    primary key stays a semi join, and a DISTINCT over a table's key stays (only the top-k's
+    use is recorded and checked against the catalog)."""
+    semi = _plan("SELECT id FROM u WHERE g IN (SELECT id FROM t)")
+    kinds = [n.kind for n in semi.walk() if type(n).__name__ == "Join"]
+    assert kinds == ["semi"]
+    distinct = _plan("SELECT DISTINCT id, v FROM t")
+    assert any(type(n).__name__ == "Distinct" for n in distinct.walk())
+    grouped = _plan("SELECT DISTINCT g, c FROM (SELECT g, count(*) AS c FROM bag GROUP BY g) q")
+    assert not any(type(n).__name__ == "Distinct" for n in grouped.walk())

@@ -34,7 +34,8 @@ from sqlglot import exp
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
 from engine.sql.rules.join_keys import distinct_keys, equi_keys
-from engine.sql.rules.scope import resolve, transform_up, unique_on
+from engine.sql.rules.scope import resolve, transform_up
+from engine.sql.unique_rows import unique_on
 
 
 def anti_join_as_outer_join(plan: LogicalPlan) -> LogicalPlan:
@@ -52,7 +53,7 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
     left, right = node.left.fields, node.right.fields
     picked = tuple(sorted(keys))
     partners = node.right
-    if not unique_on(partners, keys):
+    if not unique_on(partners, keys, source_keys=False):
         partners = distinct_keys(partners, picked)
         if partners is None:
             return node

@@ -35,8 +35,8 @@ from engine.sql.rules.scope import (
     parent_counts,
     resolve,
     transform_up,
-    unique_on,
 )
+from engine.sql.unique_rows import unique_on
 
 
 def remove_passthrough(plan: LogicalPlan) -> LogicalPlan:
@@ -86,8 +86,9 @@ def _reorder_only(p: lp.Project) -> bool:
 
 
 def duplicate_free(node: LogicalPlan) -> bool:
-    """True if ``node`` can never output the same row twice."""
-    return unique_on(node, set(range(len(node.fields))))
+    """True if ``node`` can never output the same row twice (by its own GROUP BY, DISTINCT...;
+    not by a table's key: no rewrite rests on the catalog's keys)."""
+    return unique_on(node, set(range(len(node.fields))), source_keys=False)
 
 
 def _remove(node: LogicalPlan, is_shared) -> LogicalPlan:

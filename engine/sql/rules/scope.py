@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp
 
-from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import Field, LogicalPlan
 from engine.sql.plan_expressions import and_all, conjuncts
 
@@ -32,7 +31,6 @@ __all__ = [
     "resolve",
     "substitute",
     "transform_up",
-    "unique_on",
 ]
 
 FieldKey = tuple[str | None, str]
@@ -172,28 +170,3 @@ def transform_up(
         return out
 
     return visit(plan)
-
-
-def unique_on(node: LogicalPlan, positions: set[int]) -> bool:
-    """True if no two rows of ``node`` agree on the columns at ``positions``."""
-    if isinstance(node, lp.Aggregate):
-        return set(range(len(node.group_by))) <= positions
-    if isinstance(node, lp.Distinct):
-        return set(range(len(node.fields))) <= positions
-    if isinstance(node, lp.SetOperation):  # without ALL: duplicates removed
-        return (
-            node.kind in ("union", "except", "intersect")
-            and set(range(len(node.fields))) <= positions
-        )
-    if isinstance(node, (lp.Filter, lp.SubqueryAlias, lp.TopK)):
-        return unique_on(node.input, positions)
-    if isinstance(node, lp.Project):
-        inner = node.input.fields
-        mapped = {
-            resolve(e, inner)
-            for j, e in enumerate(node.exprs)
-            if j in positions and is_bare_column(e)
-        }
-        mapped.discard(None)
-        return unique_on(node.input, mapped)  # type: ignore[arg-type]
-    return False

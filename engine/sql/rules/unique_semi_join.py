@@ -11,9 +11,11 @@ distinct and in the inner join (TPC-H Q4 at SF 1: population ~5.7 -> ~3.3 s side
 machine busy; docs/planner.md).
 
 Unique means: the right input's rows never agree on the right-hand columns of the equalities
-(an Aggregate's group keys, all of it without GROUP BY; all columns of a Distinct or of a UNION,
-EXCEPT or INTERSECT without ALL; through Filter, SubqueryAlias, TopK and Projects that keep the
-columns). Only where the results cannot change:
+(``engine.sql.unique_rows.unique_on`` without the tables' keys: an Aggregate's group keys, all
+of it without GROUP BY; all columns of a Distinct or of a UNION, EXCEPT or INTERSECT without
+ALL; through Filter, SubqueryAlias, TopK, Window, semi joins, inner joins of unique inputs and
+Projects that keep the columns; a primary key is not used, so the plan never depends on one).
+Only where the results cannot change:
 
 * every key equality compares two bare columns of the same type, not a float (DISTINCT/GROUP BY
   and the join's equality then agree on which values are equal; a NULL key matches nothing);
@@ -37,7 +39,8 @@ from __future__ import annotations
 from engine.sql import logical_plan as lp
 from engine.sql.logical_plan import LogicalPlan
 from engine.sql.rules.join_keys import equi_keys
-from engine.sql.rules.scope import resolve, transform_up, unique_on
+from engine.sql.rules.scope import resolve, transform_up
+from engine.sql.unique_rows import unique_on
 
 
 def unique_semi_join(plan: LogicalPlan) -> LogicalPlan:
@@ -54,7 +57,7 @@ def _rewrite(node: LogicalPlan) -> LogicalPlan:
     keys, _ = found
     left = node.left.fields
     unique = node.right
-    if not unique_on(unique, keys):
+    if not unique_on(unique, keys, source_keys=False):
         return node
     joined = lp.Join(node.left, unique, "inner", node.condition)
     both = joined.fields
