@@ -15,7 +15,7 @@ batch, and two ratios against recomputing the operator over the full input:
 text), the vectorized expressions beside the row path on the same batches (``--only vector``).
 (e) is SELECT DISTINCT over (orderkey, date, numeric(12,2)) rows, two copies of each distinct
 row, the row distinct and the columnar distinct side by side (``--only distinct``).
-(f) is a top-10 per partition (row_number) over 1M rows in 10k partitions, the row top-k and the
+(f) is a top-10 per partition (row_number) over 1M rows (a primary key's: unique) in 10k partitions, the row top-k and the
 columnar top-k (tuple and Arrow input) side by side on the same update batches (``--only top_k``).
 ``--only lineitem_join`` is ``bench.lineitem_join``: lineitem JOIN orders over the same
 lineitem-shaped state, the row join and the columnar join (tuple and Arrow input) side by side.
@@ -474,9 +474,11 @@ def bench_distinct(rows: int, batch: int, batches: int, rng: random.Random) -> N
 
 def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None:
     """(f) per-partition top-k (``row_number() OVER (PARTITION BY g ORDER BY v DESC) <= 10``):
-    ``rows`` rows in ``rows / 100`` partitions, update batches move ``batch / 2`` rows to a new v
-    (-old +new); the row TopKCollection and the columnar one on the same batches (as tuple rows,
-    and as Arrow columns: ``columnar_in``), each batch through all of them one after the other
+    ``rows`` rows (id, g, v) in ``rows / 100`` partitions, update batches move ``batch / 2`` rows
+    to a new v (-old +new); the row TopKCollection and the columnar one on the same batches (as
+    tuple rows, and as Arrow columns: ``columnar_in``; told the rows are unique as the planner
+    tells it for a table with a primary key, and ``columnar_in_multiset`` not told so), each
+    batch through all of them one after the other
     (a shared machine's load hits them alike). Then the Arrow-input one goes on to ``5 x
     batches`` in all: ``columnar_in_steady`` is the median of the last ``batches`` (a cost that
     grows with the updates, as blind writes' garbage did, shows there). The from-scratch
@@ -499,10 +501,18 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
 
     updates = [update() for _ in range(batches)]  # the same update batches for all paths
     arrow_updates = [_arrow(d, types) for d in updates]  # what a columnar source hands it
+    # the rows are a table's with a primary key (id): the planner tells the columnar top-k its
+    # input holds no row twice (``engine.sql.unique_rows``); ``columnar_in_multiset`` is the
+    # same top-k not told so (a table without a key), which reads each changed row's count
     paths = {
         "row": lambda: TopKCollection([1], [2], [True], limit=10),
-        "columnar": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
-        "columnar_in": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
+        "columnar": lambda: ColumnarTopKCollection(
+            types, [1], [2], [True], limit=10, unique_rows=True
+        ),
+        "columnar_in": lambda: ColumnarTopKCollection(
+            types, [1], [2], [True], limit=10, unique_rows=True
+        ),
+        "columnar_in_multiset": lambda: ColumnarTopKCollection(types, [1], [2], [True], limit=10),
     }
     gc.freeze()  # the benchmark's own rows and batches are not the engine's: out of GC scans
     print(f"\n== (f) top-10 per partition, {fmt(rows)} rows in {fmt(groups)} partitions")
@@ -522,7 +532,8 @@ def bench_top_k(rows: int, batch: int, batches: int, rng: random.Random) -> None
         outs: dict[str, list[int]] = {kind: [] for kind in paths}
         for d, da in zip(updates, arrow_updates, strict=True):  # each batch through all,
             for kind, p in pipes.items():  # one after the other: the same machine load
-                given = da if kind == "columnar_in" else DiffBatch(list(d.rows), list(d.weights))
+                arrow = kind.startswith("columnar_in")
+                given = da if arrow else DiffBatch(list(d.rows), list(d.weights))
                 dt_, n = p.apply({"a": given})
                 times[kind].append(dt_)
                 outs[kind].append(n)
