@@ -136,3 +136,22 @@ def _write_time(store, cache, committed, t, keys, gone_every, rollback_every) ->
     committed.update(zip(keys, values, strict=True))
     for k in gone:
         committed.pop(k)
+
+
+def test_a_working_set_rewritten_every_time_stays_in_its_generation(tmp_path):
+    """Rewriting the same keys counts their bytes once: a working set of a third of a
+    generation, rewritten 50 times, never rotates the generations (before, each rewrite added
+    its bytes again, and every third time pushed the set into the old generation)."""
+    with StateStore(tmp_path / "s") as store:
+        table = store.table("t", "point")
+        cache = EntryCache(table, cache_bytes=2 * 60 * (120 + 100))
+        keys = [b"k%02d" % i for i in range(20)]
+        for t in range(1, 51):
+            cache.get_many(keys)
+            cache.put_many(keys, [bytes([t]) * 100] * 20)
+            store.commit(t)
+            assert cache._young_bytes == 20 * (120 + 100)
+        assert not cache._old and not cache._evicted
+        assert cache.get_many(keys) == [bytes([50]) * 100] * 20
+        cache.delete_many(keys[:5])  # a delete's value is counted as nothing
+        assert cache._young_bytes == 15 * (120 + 100) + 5 * 120

@@ -42,7 +42,7 @@ class EntryCache:
         self.cache_bytes = cache_bytes
         self._young: dict[bytes, bytes | None] = {}
         self._old: dict[bytes, bytes | None] = {}
-        self._young_bytes = 0  # the young entries' values and overhead (rewrites counted twice)
+        self._young_bytes = 0  # the young entries' values and overhead
         self._old_bytes = 0  # the same of the old generation, when it turned old
         self._evicted = False  # whether it dropped entries since it was emptied or resized
         #: the budget it was set aside at while full (too small to pay?), else None
@@ -154,8 +154,14 @@ class EntryCache:
             self._old_bytes = self._young_bytes
             self._young = {}
             self._young_bytes = 0
-        self._young.update(zip(keys, values, strict=True))
-        self._young_bytes += size
+        young = self._young
+        # a key rewritten in its generation replaces its value: its old bytes and its slot
+        # are not counted again (a working set rewritten time after time stays its size)
+        replaced = sum(map(len, filter(None, map(young.get, keys)))) if young else 0
+        before = len(young)
+        young.update(zip(keys, values, strict=True))
+        kept = len(keys) - (len(young) - before)
+        self._young_bytes += size - replaced - kept * _ENTRY_OVERHEAD
 
     def clear(self) -> None:
         self._young = {}
