@@ -125,9 +125,9 @@ class SourceSchema:
         if keys is None:
             keys = unique_keys(conn, list(self.keys))
         for table, relied in sorted(self.keys.items()):
-            now = keys.get(table, [])
-            for key in relied:
-                if tuple(key) not in now:
+            now = [set(k) for k in keys.get(table, [])]
+            for key in relied:  # still unique while a key of the table lies within its columns
+                if not any(k <= set(key) for k in now):
                     return (
                         f"the unique key ({', '.join(key)}) of source table {table} was dropped "
                         f"(or made deferrable, or the table got inheritance children): the view "
