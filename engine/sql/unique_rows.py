@@ -55,8 +55,11 @@ def unique_rows(plan: LogicalPlan) -> bool:
 
 def keys_relied_on(plan: LogicalPlan) -> dict[str, list[tuple[str, ...]]]:
     """``schema.table`` -> the keys (column names) of the tables under ``plan`` that its
-    output's uniqueness may rest on: every key a scan under it keeps."""
+    output's uniqueness may rest on: none when the plan makes its rows unique itself (a GROUP
+    BY, a DISTINCT, ...), else every key a scan under it keeps."""
     out: dict[str, list[tuple[str, ...]]] = {}
+    if row_keys(plan, source_keys=False):
+        return out
     for node in plan.walk():
         if isinstance(node, lp.Scan):
             for key in _scan_keys(node):

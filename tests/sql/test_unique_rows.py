@@ -97,6 +97,9 @@ def test_the_top_k_is_told_and_the_keys_it_rests_on_are_recorded():
         _plan("SELECT g, sum(v) s FROM bag GROUP BY g ORDER BY s LIMIT 2"), None
     )
     assert "unique_rows" in grouped.explain() and grouped.unique_keys == {}
+    # unique by the GROUP BY over keyed tables: their keys are not relied on
+    over_keys = _plan("SELECT t.id, count(*) AS n FROM t JOIN u ON t.g = u.g GROUP BY t.id")
+    assert unique_rows(over_keys) and keys_relied_on(over_keys) == {}
     assert keys_relied_on(_plan("SELECT * FROM t JOIN pair ON t.id = pair.a")) == {
         "public.t": [("id",)],
         "public.pair": [("a", "b")],
