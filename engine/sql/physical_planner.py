@@ -458,6 +458,8 @@ class _PhysicalPlanner:
         return self.df.add(ReduceCollection(group, inputs.specs), up)
 
     def p_Distinct(self, plan: lp.Distinct) -> Node:
+        if self.rely_on_unique_rows(plan.input):  # no row twice: DISTINCT changes nothing
+            return self.node(plan.input)
         return self.df.add(_distinct(value_arrow_types(plan.input)), self.node(plan.input))
 
     def p_SetOperation(self, plan: lp.SetOperation) -> Node:

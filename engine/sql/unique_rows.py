@@ -2,7 +2,8 @@
 
 A collection whose input never holds two equal rows can skip reads a multiset needs: the
 columnar top-k creates and deletes a row's entry without reading its count first when its
-input is unique (``ColumnarTopKCollection(unique_rows=True)``). ``row_keys(plan)`` gives the
+input is unique (``ColumnarTopKCollection(unique_rows=True)``), and a DISTINCT over unique rows
+is no collection at all (the physical planner leaves it out). ``row_keys(plan)`` gives the
 keys of a plan's output, each a set of output positions no two rows share values at (the
 empty set: at most one row); ``unique_rows(plan)`` is whether it has one, and ``keys_relied_on``
 names the source tables' keys such a derivation used (the view records them: a key dropped

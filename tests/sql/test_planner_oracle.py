@@ -331,6 +331,8 @@ QUERIES = [
     ),
     # -- DISTINCT -------------------------------------------------------------------------------
     Q("SELECT DISTINCT status, customer_id FROM orders", id="distinct"),
+    # over the primary key: no distinct collection (the rows are unique), the same rows
+    Q("SELECT DISTINCT id, status, amount FROM orders WHERE qty > 1", id="distinct-over-key"),
     Q("SELECT DISTINCT lower(name) AS n FROM customers", id="distinct-expression"),
     Q(
         "SELECT DISTINCT ON (customer_id) customer_id, id, amount FROM orders "

@@ -106,6 +106,15 @@ def test_the_top_k_is_told_and_the_keys_it_rests_on_are_recorded():
     }
 
 
+def test_a_distinct_over_unique_rows_is_left_out():
+    """DISTINCT over a table's key is planned as no collection (the key recorded as relied on);
+    over rows that may repeat it stays."""
+    physical = plan_physical(_plan("SELECT DISTINCT id, v FROM t"), None)
+    assert "Distinct" not in physical.explain() and physical.unique_keys == {"public.t": [("id",)]}
+    kept = plan_physical(_plan("SELECT DISTINCT g, v FROM t"), None)
+    assert "Distinct" in kept.explain() and kept.unique_keys == {}
+
+
 def test_no_rewrite_rests_on_a_tables_key():
     """The logical rules ask for uniqueness without the tables' keys: a semi join onto a
     primary key stays a semi join, and a DISTINCT over a table's key stays (only the top-k's
