@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psycopg
@@ -62,10 +62,12 @@ class SourceSchema:
             for s in sources
         }
         return cls(
-            {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()},
-            dict(views or {}),
-            {t: [list(k) for k in ks] for t, ks in (keys or {}).items()},
-        )
+            {t: {c: types[t][c] for c in cols} for t, cols in inputs.items()}, dict(views or {})
+        ).with_keys(keys or {})
+
+    def with_keys(self, keys: Mapping[str, list[tuple[str, ...]]]) -> SourceSchema:
+        """The same columns and views, relying on ``keys`` (a ``PhysicalPlan.unique_keys``)."""
+        return replace(self, keys={t: [list(k) for k in ks] for t, ks in keys.items()})
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: Path) -> None:

@@ -9,7 +9,6 @@ not poll the slot or decide anything about other views: the ``Engine`` drives it
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -175,12 +174,9 @@ class ViewRuntime:
         self._projections = {}
         save_fingerprint(self.dir, fingerprint(self.physical.explain()))  # the new state's plan
         # the keys the new state relies on (its columns stay those the view was created with)
-        self.expected = dataclasses.replace(self.expected, keys=self._relied_keys())
+        self.expected = self.expected.with_keys(self.physical.unique_keys)
         self.expected.save(self.dir / SOURCES_FILE)
         self.plan_changed = None
-
-    def _relied_keys(self) -> dict[str, list[list[str]]]:
-        return {t: [list(k) for k in ks] for t, ks in self.physical.unique_keys.items()}
 
     def _expect_sources(self) -> None:
         """Record the columns, source views and keys the view's dataflow reads and relies on."""
