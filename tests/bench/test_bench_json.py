@@ -128,3 +128,48 @@ def test_memory_budget_figures_and_cli(pg_dsn, tmp_path):
         assert r["equal"] is True
         assert r["own_mb_at_start"] > 0 and r["own_mb_after_updates"] > 0
         assert f"{r['own_mb_after_updates']:,.0f} MB after 1 x 300 updates" in proc.stdout
+
+
+def test_join_floor_cli_writes_its_figures(tmp_path):
+    path = tmp_path / "join_floor.json"
+    args = ["--rows", "20000", "--batch", "1000", "--batches", "2", "--json", str(path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.join_floor", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = json.loads(path.read_text())
+    ms, per_s = figures["ms_per_batch"], figures["diffs_per_s"]
+    # half the diffs update lines, half orders, -old +new: ~a key per two diffs
+    assert 400 <= ms["keys_read"] <= 500
+    assert all(ms[p] > 0 for p in ("whole", "read", "write", "consolidate"))
+    floor = 1000 / (ms["read"] + ms["write"] + ms["consolidate"]) * 1000
+    assert per_s["floor_read_write_consolidate"] == pytest.approx(floor)
+    assert per_s["floor_without_reads"] > per_s["floor_read_write_consolidate"]
+    assert figures["floor_allows_target"] == (floor >= 500_000)
+    assert figures["target"]["measured"] == _figure(figures, figures["target"]["figure"])
+
+
+def test_read_floor_reads_what_the_population_reads(pg_conn):
+    from bench.tpch import read_floor
+    from bench.tpch.queries import Q5
+    from bench.tpch.schema import create_tables
+
+    create_tables(pg_conn)
+    statements = [s.as_string(pg_conn) for s in read_floor.reads(pg_conn, Q5)]
+    tables = {s.split(" FROM ")[1].split(" ")[0].split(")")[0] for s in statements}
+    names = ("customer", "orders", "lineitem", "supplier", "nation", "region")
+    assert tables == {f'"public"."{t}"' for t in names}
+    (orders,) = [s for s in statements if '"orders"' in s]
+    assert "o_orderdate" in orders.split(" WHERE ")[1]  # the year's filter pushed into the read
+    (lines,) = [s for s in statements if '"lineitem"' in s]
+    assert " WHERE " not in lines  # every line is kept: a later order may join it
+    assert lines.endswith("TO '/dev/null' (FORMAT binary)")
+    figures = read_floor.measure(pg_conn, {"Q5"})
+    assert set(figures) == {"Q5"}
+    q5 = figures["Q5"]
+    assert q5["read_x_ctas"] == pytest.approx(q5["read_s"] / q5["ctas_s"])
+    assert q5["read_within_ceiling"]["at_most"] == 10.0

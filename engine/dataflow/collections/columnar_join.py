@@ -215,11 +215,7 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         if not nl and not len(rrows):
             return DiffBatch.concat(parts)
         keycols = [pa.concat_arrays([a, b]) for a, b in zip(lkeys, rkeys, strict=True)]
-        ids, first = K.group_index(keycols)
-        sel = pa.array(first)
-        entries = K.length_prefixed(KEYS, K.key_bytes_array([c.take(sel) for c in keycols]))
-        order, rank = K.byte_order(entries)  # sorted keys read faster
-        heads = entries.take(order).to_pylist()  # = key_entry(key bytes), key by key
+        ids, rank, heads = entry_keys(keycols)
         nk = len(heads)
         at, packed, hot, rowwise = _entry_kinds(self.entries.get_many(heads))
         lkid, rkid = rank[ids[:nl]], rank[ids[nl:]]
@@ -407,6 +403,17 @@ class ColumnarInnerJoinCollection(KeyedJoinCollection):
         gone = np.flatnonzero(changed & ~nonempty & present).tolist()
         if gone:
             self.entries.delete_many([heads[i] for i in gone])
+
+
+def entry_keys(keycols: list[pa.Array]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    """The state keys of the distinct join keys among the rows of ``keycols`` (normalized key
+    columns): each row's key id, each id's rank in byte order, and the keys in that order (=
+    ``key_entry(key bytes)``; sorted keys read faster)."""
+    ids, first = K.group_index(keycols)
+    sel = pa.array(first)
+    entries = K.length_prefixed(KEYS, K.key_bytes_array([c.take(sel) for c in keycols]))
+    order, rank = K.byte_order(entries)
+    return ids, rank, entries.take(order).to_pylist()
 
 
 def _entry_kinds(
