@@ -9,8 +9,9 @@ on the same server and in the same run:
 * *CTAS*: ``CREATE TABLE AS`` of the view's query (median of 3, after one unmeasured run; the
   server's default settings, parallel workers included, as ``python -m bench.tpch`` times it);
 * *read*: the server's own work of the population's reads, every source with the plan's columns
-  and pushed-down filters, ``COPY (SELECT ...) TO '/dev/null' (FORMAT binary)`` one after the
-  other on one connection (median of 3), no client, no decoding, no state;
+  and pushed-down filters as the Arrow reader asks for them (numerics as text),
+  ``COPY (SELECT ...) TO '/dev/null' (FORMAT binary)`` one after the other on one connection
+  (median of 3), no client, no decoding, no state;
   (a GROUP BY over one table that Postgres computes for the population, as Q1's, reads less
   than this: ``engine.sql.population_aggregate``);
 * read / CTAS, against issue 14's ceiling for a population (10x CTAS; Q1 and Q18 2x): what is
@@ -42,24 +43,23 @@ from bench.tpch.datagen import generate_base_csv
 from bench.tpch.load import load
 from bench.tpch.queries import POPULATION_CEILING, POPULATION_TARGETS, VIEWS
 from bench.tpch.server import BenchServer
+from engine.postgres.arrow_snapshot import select_query
 from engine.postgres.source_catalog import PostgresCatalog
 from engine.sql.planner import build_dataflow, plan_view
 from engine.sql.population_filter import population_filters
 
 
 def reads(conn: psycopg.Connection, query: str) -> list[sql.Composed]:
-    """The population's reads of ``query``: one COPY to /dev/null per source table."""
-    plan = plan_view(query, PostgresCatalog(conn), "UTC")
+    """The population's reads of ``query``: one COPY to /dev/null per source table, of the
+    SELECT the Arrow reader sends (``arrow_snapshot.select_query``: its casts included)."""
+    catalog = PostgresCatalog(conn)
+    plan = plan_view(query, catalog, "UTC")
     filters = population_filters(plan.optimized)
     out = []
     for table, columns in build_dataflow(plan, None).inputs.items():
         schema, _, name = table.partition(".")
-        select = sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, name)
-        )
-        if filters.get(table):
-            select = sql.SQL("{} WHERE {}").format(select, sql.SQL(filters[table]))
-        out.append(sql.SQL("COPY ({}) TO '/dev/null' (FORMAT binary)").format(select))
+        select, _ = select_query(catalog.lookup(schema, name), list(columns), filters.get(table))
+        out.append(sql.SQL("COPY ({}) TO '/dev/null' (FORMAT binary)").format(sql.SQL(select)))
     return out
 
 
